@@ -1,0 +1,199 @@
+"""The registry of embodiments: store keys, cameras, fps and the layouts each can produce.
+
+Adding an embodiment is registering one `Embodiment`; nothing else changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from polymimic_data.layouts import Layout, get_layout
+
+
+@dataclass(frozen=True)
+class VectorRecipe:
+    """How one vector (state or action step) is assembled from store keys.
+
+    Each entry is (store key, frame offset): the action step j of a sample at frame t
+    reads `key` at frame t + j + offset. The concatenation must match the layout's width.
+    """
+
+    entries: tuple[tuple[str, int], ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k for k, _ in self.entries)
+
+
+@dataclass(frozen=True)
+class LayoutRecipe:
+    layout: str
+    state: VectorRecipe
+    actions: VectorRecipe
+
+
+@dataclass(frozen=True)
+class CameraIntrinsics:
+    """Pinhole intrinsics at a given image size (camera axes: +x right, +y down, +z forward)."""
+
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    width: int
+    height: int
+
+    def project(self, points: np.ndarray) -> np.ndarray:
+        """Camera-frame points (..., 3) to pixel coordinates (..., 2)."""
+        z = np.maximum(points[..., 2], 1e-6)
+        return np.stack(
+            [self.fx * points[..., 0] / z + self.cx, self.fy * points[..., 1] / z + self.cy], -1
+        )
+
+    def scaled_to(self, height: int, width: int) -> CameraIntrinsics:
+        sx, sy = width / self.width, height / self.height
+        return CameraIntrinsics(
+            self.fx * sx, self.fy * sy, self.cx * sx, self.cy * sy, width, height
+        )
+
+
+@dataclass(frozen=True)
+class Embodiment:
+    name: str
+    family: str  # "robot" or "human"
+    numeric_keys: tuple[str, ...]
+    cameras: tuple[str, ...]
+    fps: float
+    recipes: tuple[LayoutRecipe, ...]
+    default_layout: str
+    intrinsics: dict[str, CameraIntrinsics] = field(default_factory=dict)
+
+    @property
+    def image_keys(self) -> tuple[str, ...]:
+        return tuple(f"images.{c}" for c in self.cameras)
+
+    @property
+    def layouts(self) -> tuple[str, ...]:
+        return tuple(r.layout for r in self.recipes)
+
+    def recipe(self, layout: str) -> LayoutRecipe:
+        for r in self.recipes:
+            if r.layout == layout:
+                return r
+        raise KeyError(
+            f"embodiment {self.name!r} cannot produce layout {layout!r}; it can produce "
+            f"{list(self.layouts)}"
+        )
+
+    def layout(self, name: str | None = None) -> Layout:
+        return get_layout(self.recipe(name or self.default_layout).layout)
+
+
+def camera_intrinsics(embodiment: Embodiment, attrs: dict, camera: str) -> CameraIntrinsics:
+    """An episode's own intrinsics (attribute `camera_intrinsics`: camera -> [fx, fy, cx, cy,
+    width, height]) where it has them, else the embodiment's default for that camera."""
+    own = (attrs.get("camera_intrinsics") or {}).get(camera)
+    if own is not None:
+        if len(own) != 6:
+            raise ValueError(
+                f"camera_intrinsics[{camera!r}] must be [fx, fy, cx, cy, width, height], got {own}"
+            )
+        fx, fy, cx, cy, width, height = own
+        return CameraIntrinsics(float(fx), float(fy), float(cx), float(cy), int(width), int(height))
+    if camera not in embodiment.intrinsics:
+        raise KeyError(f"no intrinsics for camera {camera!r} of {embodiment.name}")
+    return embodiment.intrinsics[camera]
+
+
+_REGISTRY: dict[str, Embodiment] = {}
+
+
+def register_embodiment(embodiment: Embodiment) -> Embodiment:
+    key = embodiment.name.lower()
+    if key in _REGISTRY:
+        raise ValueError(f"embodiment {embodiment.name!r} is already registered")
+    for recipe in embodiment.recipes:
+        missing = set(recipe.state.keys + recipe.actions.keys) - set(embodiment.numeric_keys)
+        if missing:
+            raise ValueError(
+                f"embodiment {embodiment.name!r}, layout {recipe.layout!r}: keys {sorted(missing)} "
+                "are not among its numeric_keys"
+            )
+    _REGISTRY[key] = embodiment
+    return embodiment
+
+
+def get_embodiment(name: str) -> Embodiment:
+    """Look up an embodiment by its EgoVerse name, case-insensitively."""
+    try:
+        return _REGISTRY[name.lower()]
+    except KeyError:
+        raise KeyError(
+            f"unknown embodiment {name!r}; registered: {sorted(_REGISTRY)}"
+        ) from None
+
+
+def registered_embodiments() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+# The synthetic generator renders at this size; real episodes carry their own intrinsics.
+_FRONT_INTRINSICS = CameraIntrinsics(fx=160.0, fy=160.0, cx=80.0, cy=64.0, width=160, height=128)
+
+_EVA_KEYS = tuple(
+    f"{side}.{k}"
+    for side in ("left", "right")
+    for k in ("obs_ee_pose", "cmd_ee_pose", "obs_joints", "cmd_joints", "gripper")
+)
+_EVA_CARTESIAN = LayoutRecipe(
+    layout="eva_cartesian_quat",
+    state=VectorRecipe(
+        (("left.obs_ee_pose", 0), ("left.gripper", 0), ("right.obs_ee_pose", 0), ("right.gripper", 0))
+    ),
+    actions=VectorRecipe(
+        (("left.cmd_ee_pose", 0), ("left.gripper", 1), ("right.cmd_ee_pose", 0), ("right.gripper", 1))
+    ),
+)
+
+_HUMAN_KEYS = (
+    "left.obs_ee_pose",
+    "right.obs_ee_pose",
+    "left.obs_wrist_pose",
+    "right.obs_wrist_pose",
+    "left.obs_keypoints",
+    "right.obs_keypoints",
+    "obs_head_pose",
+)
+_HUMAN_CARTESIAN = LayoutRecipe(
+    layout="human_cartesian_quat",
+    state=VectorRecipe((("left.obs_ee_pose", 0), ("right.obs_ee_pose", 0))),
+    actions=VectorRecipe((("left.obs_ee_pose", 1), ("right.obs_ee_pose", 1))),
+)
+
+register_embodiment(
+    Embodiment(
+        name="eva_bimanual",
+        family="robot",
+        numeric_keys=_EVA_KEYS,
+        cameras=("front_1", "left_wrist", "right_wrist"),
+        fps=30.0,
+        recipes=(_EVA_CARTESIAN,),
+        default_layout="eva_cartesian_quat",
+        intrinsics={"front_1": _FRONT_INTRINSICS},
+    )
+)
+for _source in ("aria", "mecka", "scale"):
+    register_embodiment(
+        Embodiment(
+            name=f"{_source}_bimanual",
+            family="human",
+            numeric_keys=_HUMAN_KEYS,
+            cameras=("front_1",),
+            fps=30.0,
+            recipes=(_HUMAN_CARTESIAN,),
+            default_layout="human_cartesian_quat",
+            intrinsics={"front_1": _FRONT_INTRINSICS},
+        )
+    )

@@ -1,0 +1,217 @@
+"""Normalisation statistics from state and actions only, and the Normalizer that applies them.
+
+Statistics never decode an image. A Normalizer holds them as buffers, so every
+checkpoint carries them; it runs on the device and inverts exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from polymimic_data.dataset import EpisodeDataset
+from polymimic_data.layouts import Layout
+
+log = logging.getLogger(__name__)
+
+NormMode = Literal["zscore", "minmax", "quantile"]
+_DEGENERATE_SCALE = 1e-4
+_STAT_NAMES = ("mean", "std", "min", "max", "q01", "q99")
+
+
+@dataclass(frozen=True)
+class VectorStats:
+    """Per-channel statistics of one vector (state or actions)."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    q01: np.ndarray
+    q99: np.ndarray
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> VectorStats:
+        """Statistics over the rows of a (N, D) array."""
+        q01, q99 = np.quantile(values, [0.01, 0.99], axis=0)
+        return cls(
+            values.mean(0), values.std(0), values.min(0), values.max(0), q01, q99
+        )
+
+    def to_json(self) -> dict[str, list[float]]:
+        return {name: getattr(self, name).tolist() for name in _STAT_NAMES}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, list[float]]) -> VectorStats:
+        return cls(**{n: np.asarray(data[n], dtype=np.float64) for n in _STAT_NAMES})
+
+
+@dataclass(frozen=True)
+class NormStats:
+    state: VectorStats
+    actions: VectorStats
+
+    def to_json(self) -> dict[str, dict[str, list[float]]]:
+        return {"state": self.state.to_json(), "actions": self.actions.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Mapping[str, list[float]]]) -> NormStats:
+        return cls(VectorStats.from_json(data["state"]), VectorStats.from_json(data["actions"]))
+
+
+def compute_norm_stats(dataset: EpisodeDataset, *, num_samples: int, seed: int) -> NormStats:
+    """Stream a seeded sample of frames; actions pool over the horizon's valid steps."""
+    rng = np.random.default_rng(seed)
+    count = min(num_samples, len(dataset))
+    indices = rng.choice(len(dataset), size=count, replace=False)
+    states, actions = [], []
+    for i in np.sort(indices):
+        state, chunk, mask = dataset.numeric_sample(int(i))
+        states.append(state)
+        actions.append(chunk[mask])
+    return NormStats(
+        VectorStats.of(np.concatenate(states).astype(np.float64)),
+        VectorStats.of(np.concatenate(actions).astype(np.float64)),
+    )
+
+
+def norm_stats_key(dataset: EpisodeDataset, *, num_samples: int, seed: int) -> str:
+    """A key that changes whenever the episode set or what is sampled from it changes."""
+    parts = [
+        dataset.spec.name,
+        dataset.recipe.layout,
+        str(dataset.history),
+        str(dataset.horizon),
+        str(num_samples),
+        str(seed),
+        *(f"{e.hash}:{e.total_frames}" for e in dataset.episodes),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def load_or_compute_norm_stats(
+    dataset: EpisodeDataset, *, cache_dir: str | os.PathLike[str], num_samples: int, seed: int
+) -> tuple[NormStats, Path]:
+    """Load cached statistics for this dataset, or compute and cache them atomically."""
+    key = norm_stats_key(dataset, num_samples=num_samples, seed=seed)
+    path = Path(cache_dir) / f"norm_stats-{dataset.spec.name}-{key}.json"
+    if path.exists():
+        log.info("loaded normalisation statistics from %s", path)
+        return NormStats.from_json(json.loads(path.read_text())), path
+    stats = compute_norm_stats(dataset, num_samples=num_samples, seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+        json.dump(stats.to_json(), f)
+    os.replace(f.name, path)
+    log.info("computed normalisation statistics from %d samples into %s", num_samples, path)
+    return stats, path
+
+
+def _center_scale(
+    stats: VectorStats, layout: Layout, mode: NormMode, what: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if mode == "zscore":
+        center, scale = stats.mean, stats.std
+    elif mode == "minmax":
+        center, scale = (stats.max + stats.min) / 2, (stats.max - stats.min) / 2
+    elif mode == "quantile":
+        center, scale = (stats.q99 + stats.q01) / 2, (stats.q99 - stats.q01) / 2
+    else:
+        raise ValueError(f"unknown normalisation mode {mode!r}; use zscore, minmax or quantile")
+    center, scale = center.astype(np.float64).copy(), scale.astype(np.float64).copy()
+    keep = np.asarray(layout.normalised_mask())
+    degenerate = keep & (scale < _DEGENERATE_SCALE)
+    if degenerate.any():
+        names = [
+            f"{g.name}[{c - g.start}]"
+            for g in layout.groups
+            for c in range(g.start, g.stop)
+            if degenerate[c]
+        ]
+        warnings.warn(
+            f"{layout.name} {what}: channels {names} are (nearly) constant; they pass "
+            "through unnormalised",
+            stacklevel=3,
+        )
+    passthrough = ~keep | degenerate
+    center[passthrough], scale[passthrough] = 0.0, 1.0
+    return torch.tensor(center, dtype=torch.float32), torch.tensor(scale, dtype=torch.float32)
+
+
+class _EmbodimentNorm(nn.Module):
+    state_center: torch.Tensor
+    state_scale: torch.Tensor
+    action_center: torch.Tensor
+    action_scale: torch.Tensor
+    action_mean: torch.Tensor
+
+    def __init__(self, stats: NormStats, state_layout: Layout, action_layout: Layout, mode: NormMode):
+        super().__init__()
+        for prefix, vector, layout in (
+            ("state", stats.state, state_layout),
+            ("action", stats.actions, action_layout),
+        ):
+            center, scale = _center_scale(vector, layout, mode, prefix)
+            self.register_buffer(f"{prefix}_center", center)
+            self.register_buffer(f"{prefix}_scale", scale)
+        self.register_buffer("action_mean", torch.tensor(stats.actions.mean, dtype=torch.float32))
+
+
+class Normalizer(nn.Module):
+    """Normalises state and actions per embodiment on the device; inverts actions exactly."""
+
+    def __init__(
+        self,
+        stats: Mapping[str, NormStats],
+        layouts: Mapping[str, Layout],
+        mode: NormMode = "zscore",
+    ) -> None:
+        super().__init__()
+        self.mode = mode
+        self.per_embodiment = nn.ModuleDict(
+            {name: _EmbodimentNorm(s, layouts[name], layouts[name], mode) for name, s in stats.items()}
+        )
+
+    def _get(self, embodiment: str) -> _EmbodimentNorm:
+        if embodiment not in self.per_embodiment:
+            raise KeyError(
+                f"no normalisation statistics for embodiment {embodiment!r}; "
+                f"have {list(self.per_embodiment.keys())}"
+            )
+        return self.per_embodiment[embodiment]  # type: ignore[return-value]
+
+    def normalize_state(self, embodiment: str, state: torch.Tensor) -> torch.Tensor:
+        n = self._get(embodiment)
+        return (state - n.state_center) / n.state_scale
+
+    def normalize_actions(self, embodiment: str, actions: torch.Tensor) -> torch.Tensor:
+        n = self._get(embodiment)
+        return (actions - n.action_center) / n.action_scale
+
+    def denormalize_actions(self, embodiment: str, actions: torch.Tensor) -> torch.Tensor:
+        n = self._get(embodiment)
+        return actions * n.action_scale + n.action_center
+
+    def mean_actions(self, embodiment: str, like: torch.Tensor) -> torch.Tensor:
+        """The predict-the-mean baseline, unnormalised, shaped like `like` (B, T, A)."""
+        return self._get(embodiment).action_mean.expand_as(like)
+
+    def normalize_batch(self, batch: dict) -> dict:
+        """A copy of `batch` with state and actions normalised; images untouched."""
+        emb = batch["embodiment"]
+        return batch | {
+            "state": self.normalize_state(emb, batch["state"]),
+            "actions": self.normalize_actions(emb, batch["actions"]),
+        }

@@ -1,0 +1,1 @@
+"""polymimic-train: the thin app that composes data, policy, strategy and eval under Hydra."""

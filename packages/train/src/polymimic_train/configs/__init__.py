@@ -1,0 +1,1 @@
+"""The Hydra config tree of the train app (also reachable as configs/ at the repo root)."""

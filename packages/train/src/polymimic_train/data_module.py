@@ -1,0 +1,143 @@
+"""The Lightning data module: one dataset per embodiment, from polymimic-data, per the data config."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities import CombinedLoader
+from torch.utils.data import DataLoader
+
+from polymimic_data import (
+    EpisodeDataset,
+    EpisodeInfo,
+    Layout,
+    Normalizer,
+    NormStats,
+    collate_samples,
+    load_or_compute_norm_stats,
+    resolve_episodes,
+    split_episodes,
+)
+from polymimic_data.dataset import subsample_frames
+from polymimic_data.synthetic import ensure_synthetic_episodes
+
+log = logging.getLogger(__name__)
+
+
+class EmbodimentDataModule(pl.LightningDataModule):
+    """Train and validation loaders per embodiment; a training step gets one batch of each."""
+
+    def __init__(self, cfg: Mapping[str, Any], *, data_root: str, cache_dir: str) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.data_root = Path(data_root)
+        self.cache_dir = Path(cache_dir)
+        self.train_sets: dict[str, EpisodeDataset] = {}
+        self.val_sets: dict[str, EpisodeDataset] = {}
+        self.val_episodes: dict[str, list[EpisodeInfo]] = {}
+        self.normalizer: Normalizer | None = None
+        self.norm_stats: dict[str, NormStats] = {}
+
+    def _roots(self, embodiment: str) -> list[Path]:
+        synthetic = self.cfg.get("synthetic")
+        if synthetic:
+            return [
+                ensure_synthetic_episodes(self.data_root / "synthetic", embodiment, **synthetic)
+            ]
+        roots = list(self.cfg.get("roots") or [])
+        if not roots:
+            raise ValueError("data config: set `roots` to folders of episodes, or `synthetic`")
+        return [Path(r) for r in roots]
+
+    def _dataset(self, name: str, episodes: list[EpisodeInfo], **overrides: Any) -> EpisodeDataset:
+        spec = self.cfg["datasets"][name]
+        kwargs: dict[str, Any] = {
+            "embodiment": spec["embodiment"],
+            "layout": spec.get("layout"),
+            "cameras": tuple(spec.get("cameras", ("front_1",))),
+            "image_size": tuple(self.cfg["image_size"]),
+            "history": int(self.cfg["history"]),
+            "horizon": int(self.cfg["horizon"]),
+        }
+        return EpisodeDataset(episodes, **(kwargs | overrides))
+
+    def prepare(self) -> None:
+        """Generate (if synthetic), resolve, split and compute statistics. Idempotent."""
+        if self.normalizer is not None:
+            return
+        stats, layouts = {}, {}
+        for name, spec in self.cfg["datasets"].items():
+            episodes = resolve_episodes(self._roots(spec["embodiment"]), embodiment=spec["embodiment"])
+            train, val = split_episodes(
+                episodes, val_fraction=float(self.cfg["val_fraction"]), seed=int(self.cfg["split_seed"])
+            )
+            self.train_sets[name] = self._dataset(name, train)
+            self.val_episodes[name] = val
+            frames = subsample_frames(val, int(self.cfg["val_frames_per_episode"]))
+            self.val_sets[name] = self._dataset(name, val, frames=frames)
+            norm = self.cfg["norm"]
+            stats[name], path = load_or_compute_norm_stats(
+                self.train_sets[name],
+                cache_dir=self.cache_dir / "norm_stats",
+                num_samples=int(norm["num_samples"]),
+                seed=int(self.cfg["split_seed"]),
+            )
+            layouts[name] = self.train_sets[name].layout
+            log.info(
+                "%s: %d train / %d val episodes, %d train samples; stats %s",
+                name, len(train), len(val), len(self.train_sets[name]), path,
+            )
+        self.norm_stats = stats
+        self.normalizer = Normalizer(stats, layouts, mode=self.cfg["norm"]["mode"])
+
+    def setup(self, stage: str) -> None:
+        self.prepare()
+
+    @property
+    def layouts(self) -> dict[str, Layout]:
+        return {name: ds.layout for name, ds in self.train_sets.items()}
+
+    def embodiment_specs(self) -> dict[str, dict[str, Any]]:
+        """Plain numbers and names for the policy, from the layouts."""
+        return {
+            name: {
+                "state_dim": ds.layout.dim,
+                "action_dim": ds.layout.dim,
+                "history": ds.history,
+                "horizon": ds.horizon,
+                "cameras": list(ds.cameras),
+            }
+            for name, ds in self.train_sets.items()
+        }
+
+    def _loader(self, dataset: EpisodeDataset, *, shuffle: bool) -> DataLoader:
+        workers = int(self.cfg["num_workers"])
+        return DataLoader(
+            dataset,
+            batch_size=int(self.cfg["batch_size"]),
+            shuffle=shuffle,
+            drop_last=shuffle,
+            num_workers=workers,
+            collate_fn=collate_samples,
+            persistent_workers=workers > 0,
+            prefetch_factor=4 if workers > 0 else None,
+            pin_memory=self.trainer is not None and self.trainer.accelerator.__class__.__name__ == "CUDAAccelerator",
+        )
+
+    def train_dataloader(self) -> CombinedLoader:
+        loaders = {n: self._loader(ds, shuffle=True) for n, ds in self.train_sets.items()}
+        return CombinedLoader(loaders, mode="max_size_cycle")
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [self._loader(ds, shuffle=False) for ds in self.val_sets.values()]
+
+    def video_dataset(self, name: str, episode: int = 0) -> EpisodeDataset:
+        """One whole validation episode at its stored resolution, frame by frame."""
+        ep = self.val_episodes[name][episode]
+        return self._dataset(
+            name, [ep], image_size=None, frames=[(0, f) for f in range(ep.total_frames)]
+        )

@@ -1,0 +1,90 @@
+"""The LightningModule: normalise on the device, call the policy, measure in unnormalised units."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+
+from polymimic_data import Layout, Normalizer
+from polymimic_eval import action_error, position_error
+
+
+class PolicyModule(pl.LightningModule):
+    def __init__(
+        self,
+        policy: nn.Module,
+        normalizer: Normalizer,
+        layouts: Mapping[str, Layout],
+        *,
+        lr: float,
+        backbone_lr: float,
+        weight_decay: float,
+        warmup_steps: int,
+        val_sample_seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.policy = policy
+        self.normalizer = normalizer  # a submodule: its statistics go into every checkpoint
+        self.layouts = dict(layouts)
+        self.lr, self.backbone_lr, self.weight_decay = lr, backbone_lr, weight_decay
+        self.warmup_steps = warmup_steps
+        self.val_sample_seed = val_sample_seed
+
+    def training_step(self, batches: Mapping[str, dict[str, Any]], batch_idx: int) -> torch.Tensor:
+        total = torch.zeros((), device=self.device)
+        for name, batch in batches.items():
+            parts = self.policy.compute_loss(self.normalizer.normalize_batch(batch))
+            size = batch["state"].shape[0]
+            for key, value in parts.items():
+                self.log(f"train/{name}/{key}", value, batch_size=size)
+            total = total + parts["loss"]
+        loss = total / len(batches)
+        self.log("train/loss", loss, prog_bar=True, batch_size=1)
+        return loss
+
+    def predict_actions(self, batch: Mapping[str, Any], generator: torch.Generator | None = None) -> torch.Tensor:
+        """Unnormalised action chunks for a raw batch."""
+        embodiment = batch["embodiment"]
+        normalised = self.normalizer.normalize_batch(dict(batch))
+        sampled = self.policy.sample_actions(normalised, generator=generator)
+        return self.normalizer.denormalize_actions(embodiment, sampled)
+
+    def _generator(self, *salt: int) -> torch.Generator:
+        gen = torch.Generator(device=self.device)
+        seed = self.val_sample_seed
+        for s in salt:
+            seed = seed * 1_000_003 + s
+        return gen.manual_seed(seed % (2**63))
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        embodiment = batch["embodiment"]
+        pred = self.predict_actions(batch, self._generator(dataloader_idx, batch_idx))
+        target, mask = batch["actions"], batch["action_mask"]
+        size = target.shape[0]
+        baseline = self.normalizer.mean_actions(embodiment, target)
+        metrics = {
+            "val_action_error": action_error(pred, target, mask),
+            "baseline_action_error": action_error(baseline, target, mask),
+        }
+        for key, value in position_error(pred, target, mask, self.layouts[embodiment]).items():
+            metrics[f"val/{embodiment}/{key}"] = value
+        self.log_dict(metrics, batch_size=size, add_dataloader_idx=False, sync_dist=True)
+
+    def configure_optimizers(self) -> Any:
+        groups = self.policy.param_groups(self.lr, self.backbone_lr)
+        optimizer = torch.optim.AdamW(groups, weight_decay=self.weight_decay)
+        total = max(int(self.trainer.estimated_stepping_batches), self.warmup_steps + 1)
+
+        def schedule(step: int) -> float:
+            if step < self.warmup_steps:
+                return (step + 1) / self.warmup_steps
+            progress = (step - self.warmup_steps) / max(1, total - self.warmup_steps)
+            return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
