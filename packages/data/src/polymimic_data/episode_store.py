@@ -47,7 +47,7 @@ def write_episode(
     *,
     embodiment: str,
     fps: float,
-    arrays: Mapping[str, np.ndarray],
+    arrays: Mapping[str, np.ndarray] | None = None,
     images: Mapping[str, Sequence[bytes]] | None = None,
     annotations: Sequence[Mapping[str, Any]] = (),
     task_name: str = "",
@@ -61,6 +61,7 @@ def write_episode(
     `total_frames`.
     """
     path = Path(path)
+    arrays = arrays or {}
     images = images or {}
     lengths = {k: len(v) for k, v in arrays.items()} | {
         f"images.{c}": len(v) for c, v in images.items()

@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from polymimic_data.atomic_files import write_json_atomic
 from polymimic_data.dataset import EpisodeDataset
 from polymimic_data.layouts import Layout
 
@@ -111,10 +111,7 @@ def load_or_compute_norm_stats(
         log.info("loaded normalisation statistics from %s", path)
         return NormStats.from_json(json.loads(path.read_text())), path
     stats = compute_norm_stats(dataset, num_samples=num_samples, seed=seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-        json.dump(stats.to_json(), f)
-    os.replace(f.name, path)
+    write_json_atomic(path, stats.to_json())
     log.info("computed normalisation statistics from %d samples into %s", num_samples, path)
     return stats, path
 

@@ -8,20 +8,20 @@ targets are) and the state (where the arm is). A policy that learns beats the me
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import simplejpeg
 from tqdm.auto import tqdm
 
+from polymimic_data.atomic_files import write_json_atomic
 from polymimic_data.embodiments import CameraIntrinsics, Embodiment, get_embodiment
 from polymimic_data.episode_store import EPISODE_SUFFIX, write_episode
 
 APPROACH_RATE = 0.07  # fraction of the remaining distance covered per frame
 _SIDES = ("left", "right")
 _TARGET_COLOURS = {"left": (230, 40, 40), "right": (40, 80, 230)}
-_EFFECTOR_COLOURS = {"left": (250, 220, 40), "right": (40, 220, 120)}
+_EFFECTOR_COLOURS = {"left": (250, 220, 40), "right": (40, 220, 230)}
 _COMPLETE_MARKER = ".complete.json"
 
 
@@ -199,7 +199,5 @@ def ensure_synthetic_episodes(
         except (FileExistsError, OSError):
             if not path.exists():  # not a concurrent generator that finished first
                 raise
-    tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps(settings))
-    os.replace(tmp, marker)
+    write_json_atomic(marker, settings)
     return folder

@@ -14,7 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from polymimic_train.data_module import EmbodimentDataModule
 from polymimic_train.policy_module import PolicyModule
-from polymimic_train.run_record import record_run_start, write_json_atomic
+from polymimic_data.atomic_files import write_json_atomic
+from polymimic_train.run_record import record_run_start
 
 log = logging.getLogger("polymimic_train")
 

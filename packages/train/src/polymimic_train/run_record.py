@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from polymimic_data.atomic_files import write_json_atomic, write_text_atomic
 
 
 def git_commit(cwd: Path) -> str:
@@ -27,15 +26,8 @@ def git_commit(cwd: Path) -> str:
     return f"{sha}-dirty" if dirty else sha
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-        json.dump(data, f, indent=2)
-    os.replace(f.name, path)
-
-
 def record_run_start(run_dir: Path, cfg: DictConfig, norm_stats: dict[str, Any]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    (run_dir / "git_commit.txt").write_text(git_commit(Path(__file__).parent) + "\n")
+    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_text_atomic(run_dir / "git_commit.txt", git_commit(Path(__file__).parent) + "\n")
     write_json_atomic(run_dir / "norm_stats.json", norm_stats)

@@ -1,0 +1,67 @@
+"""Test, lint, type-check and benchmark sessions. `uv run nox` runs the default set.
+
+Each `tests-<package>` session installs that one package (and only what it depends on)
+from uv.lock into the session's venv, so a package that leans on another undeclared
+fails here.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_existing_virtualenvs = True
+
+PACKAGES = ("data", "policies", "strategies", "eval", "train")
+PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider")
+nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "lint", "typecheck"]
+
+
+def sync(session: nox.Session, *args: str) -> None:
+    """`uv sync --locked` into this session's venv (not the project's .venv)."""
+    session.run_install(
+        "uv",
+        "sync",
+        "--locked",
+        "--no-progress",
+        *args,
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+        external=True,
+    )
+
+
+def _package_session(package: str) -> None:
+    @nox.session(name=f"tests-{package}")
+    def tests_package(session: nox.Session) -> None:
+        sync(session, "--package", f"polymimic-{package}", "--group", "test")
+        session.run(*PYTEST, f"packages/{package}/tests", *session.posargs)
+
+
+for _package in PACKAGES:
+    _package_session(_package)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every package's tests and the cross-package tests, with everything installed."""
+    sync(session, "--all-packages")
+    session.run(*PYTEST, *(f"packages/{p}/tests" for p in PACKAGES), "tests", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    sync(session, "--only-group", "dev")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    sync(session, "--all-packages")
+    session.run("pyright")
+
+
+@nox.session(name="bench-data")
+def bench_data(session: nox.Session) -> None:
+    sync(session, "--package", "polymimic-data")
+    session.run("python", "benchmarks/loader.py", *session.posargs)

@@ -1,0 +1,23 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+        f.write(text)
+    os.chmod(f.name, 0o644)  # NamedTemporaryFile makes 0600; these are ordinary files
+    os.replace(f.name, path)
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
+    return write_text_atomic(path, json.dumps(data, indent=2))

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from polymimic_data import EpisodeDataset, EpisodeReader, collate_samples, resolve_episodes
+
+
+@pytest.fixture
+def eva(eva_root: Path) -> EpisodeDataset:
+    return EpisodeDataset(
+        resolve_episodes(eva_root),
+        embodiment="eva_bimanual",
+        cameras=("front_1", "left_wrist"),
+        image_size=(32, 40),
+        history=3,
+        horizon=8,
+    )
+
+
+def test_sample_follows_the_batch_contract(eva: EpisodeDataset) -> None:
+    sample = eva[5]
+    assert sample["embodiment"] == "eva_bimanual"
+    assert sample["images.front_1"].dtype == torch.uint8
+    assert sample["images.front_1"].shape == (3, 32, 40)
+    assert sample["state"].shape == (3, 16) and sample["state"].dtype == torch.float32
+    assert sample["actions"].shape == (8, 16)
+    assert sample["action_mask"].dtype == torch.bool and sample["action_mask"].all()
+    assert sample["prompt"] == "reach the red and blue targets"
+    assert sample["frame"] == 5
+
+
+def test_state_and_actions_come_from_the_right_frames(eva: EpisodeDataset) -> None:
+    reader = EpisodeReader(eva.episodes[0].path)
+    obs = reader.read_numeric("left.obs_ee_pose")
+    cmd = reader.read_numeric("left.cmd_ee_pose")
+    grip = reader.read_numeric("left.gripper")
+    sample = eva[1]  # history 3 at frame 1: frames 0, 0 (clamped), 1
+    np.testing.assert_array_equal(sample["state"][:, :7].numpy(), obs[[0, 0, 1]])
+    np.testing.assert_array_equal(sample["actions"][:, :7].numpy(), cmd[1:9])
+    np.testing.assert_array_equal(sample["actions"][:, 7].numpy(), grip[2:10, 0])
+
+
+def test_chunks_past_the_end_repeat_the_last_step_and_are_masked(eva: EpisodeDataset) -> None:
+    last = eva.episodes[0].total_frames - 1
+    sample = eva[last - 2]  # the gripper action reads one frame ahead: two steps fit
+    mask = sample["action_mask"].numpy()
+    assert mask.tolist() == [True, True] + [False] * 6
+    actions = sample["actions"].numpy()
+    np.testing.assert_array_equal(actions[3:], np.repeat(actions[2:3], 5, axis=0))
+
+
+def test_images_decode_at_native_size_without_image_size(eva_root: Path) -> None:
+    ds = EpisodeDataset(resolve_episodes(eva_root), embodiment="eva_bimanual")
+    assert ds[0]["images.front_1"].shape == (3, 64, 80)
+
+
+def test_collate_stacks_and_refuses_mixed_embodiments(eva: EpisodeDataset, aria_root: Path) -> None:
+    batch = collate_samples([eva[0], eva[30]])
+    assert batch["images.front_1"].shape == (2, 3, 32, 40)
+    assert batch["episode"][0] != batch["episode"][1]
+    assert batch["frame"].tolist() == [0, 6]
+    aria = EpisodeDataset(resolve_episodes(aria_root), embodiment="aria_bimanual", horizon=8)
+    assert aria[0]["state"].shape == (1, 14)
+    with pytest.raises(ValueError, match="one embodiment"):
+        collate_samples([eva[0], aria[0]])
+
+
+def test_bad_configuration_is_named(eva_root: Path) -> None:
+    episodes = resolve_episodes(eva_root)
+    with pytest.raises(ValueError, match="cameras"):
+        EpisodeDataset(episodes, embodiment="eva_bimanual", cameras=("top",))
+    with pytest.raises(KeyError, match="cannot produce layout"):
+        EpisodeDataset(episodes, embodiment="eva_bimanual", layout="human_cartesian_quat")
+    with pytest.raises(ValueError, match="not of embodiment"):
+        EpisodeDataset(episodes, embodiment="aria_bimanual")

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import pytest
+import torch
+
+SMALL = [
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "trainer.enable_progress_bar=false",
+    "data.num_workers=0",
+    "data.batch_size=4",
+    "data.norm.num_samples=50",
+    "model.d_model=32",
+    "model.num_heads=2",
+    "model.image_tokens=2",
+    "callbacks.trajectory_video.max_frames=6",
+]
+SMALL_SYNTHETIC = ["data.synthetic.episodes=6", "data.synthetic.frames=30"]
+
+
+def _train(tmp: Path, run_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {
+        "POLYMIMIC_DATA_ROOT": str(tmp / "data"),
+        "POLYMIMIC_CACHE_DIR": str(tmp / "cache"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "polymimic_train", f"hydra.run.dir={run_dir}", *SMALL, *overrides],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+    tmp = tmp_path_factory.mktemp("train")
+    run_dir = tmp / "run"
+    result = _train(tmp, run_dir, *SMALL_SYNTHETIC)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tmp, run_dir, result
+
+
+def test_run_dir_holds_everything_a_run_records(trained) -> None:
+    _, run_dir, result = trained
+    assert f"run dir: {run_dir.resolve()}" in result.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 4
+    assert summary["val_action_error"] > 0 and summary["baseline_action_error"] > 0
+    assert (run_dir / "config.yaml").read_text().count("max_steps: 4") == 1
+    assert (run_dir / "git_commit.txt").read_text().strip()
+    assert "eva_bimanual" in json.loads((run_dir / "norm_stats.json").read_text())
+    with (run_dir / "metrics" / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert any(r.get("val_action_error") for r in rows)
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_last_checkpoint_links_the_newest_and_carries_the_normalizer(trained) -> None:
+    _, run_dir, _ = trained
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert last.is_symlink() and last.resolve().name == "step000004.ckpt"
+    state = torch.load(last, map_location="cpu", weights_only=False)["state_dict"]
+    assert "normalizer.per_embodiment.eva_bimanual.action_center" in state
+
+
+def test_validation_video_is_playable(trained) -> None:
+    _, run_dir, _ = trained
+    videos = sorted((run_dir / "videos").glob("*.mp4"))
+    assert [v.name for v in videos] == ["eva_bimanual-step000002.mp4", "eva_bimanual-step000004.mp4"]
+    with av.open(str(videos[-1])) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(frames) == 6 and frames[0].shape == (128, 160, 3)
+
+
+def test_resume_continues_from_the_checkpoint(trained) -> None:
+    tmp, run_dir, _ = trained
+    resumed = tmp / "resumed"
+    result = _train(tmp, resumed, *SMALL_SYNTHETIC, f"resume={run_dir / 'checkpoints' / 'last.ckpt'}", "trainer.max_steps=6")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((resumed / "summary.json").read_text())["steps"] == 6
+    assert not (resumed / "checkpoints" / "step000002.ckpt").exists()
+
+
+def test_bad_data_root_fails_before_training_with_the_path(tmp_path: Path) -> None:
+    result = _train(tmp_path, tmp_path / "run", "data=episodes", f"data.roots=[{tmp_path / 'missing'}]")
+    assert result.returncode != 0
+    assert str(tmp_path / "missing") in result.stderr
