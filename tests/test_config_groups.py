@@ -9,7 +9,7 @@ import torch
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
-import polymimic_train.app  # noqa: F401  (registers the config resolvers)
+import polymimic_train.app
 from polymimic_train.data_module import EmbodimentDataModule
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
@@ -48,7 +48,9 @@ def test_every_trainer_config_builds_a_trainer(tmp_path: Path, trainer: str) -> 
 
 @pytest.mark.parametrize("data", [d for d in _options("data") if d.startswith("synthetic")])
 @pytest.mark.parametrize("model", _options("model"))
-def test_every_model_takes_a_training_step_on_every_data_source(tmp_path: Path, model: str, data: str) -> None:
+def test_every_model_takes_a_training_step_on_every_data_source(
+    tmp_path: Path, model: str, data: str
+) -> None:
     cfg = _compose(
         tmp_path,
         f"model={model}",
@@ -57,13 +59,13 @@ def test_every_model_takes_a_training_step_on_every_data_source(tmp_path: Path, 
         "data.synthetic.frames=30",
         "data.norm.num_samples=20",
     )
-    datamodule = EmbodimentDataModule(cfg.data, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir)
+    datamodule = EmbodimentDataModule(
+        cfg.data, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir
+    )
     datamodule.prepare()
     assert datamodule.normalizer is not None
     policy = instantiate(cfg.model, embodiments=datamodule.embodiment_specs())
     for name, dataset in datamodule.train_sets.items():
-        from polymimic_data import collate_samples
-
         batch = datamodule.normalizer.normalize_batch(collate_samples([dataset[0], dataset[5]]))
         loss = policy.compute_loss(batch)["loss"]
         loss.backward()

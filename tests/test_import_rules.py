@@ -10,15 +10,38 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-THIRD_PARTY = {"numpy", "zarr", "torch", "simplejpeg", "tqdm", "torchvision", "transformers",
-               "diffusers", "lightning", "av", "hydra", "omegaconf", "platformdirs"}
+THIRD_PARTY = {
+    "numpy",
+    "zarr",
+    "torch",
+    "simplejpeg",
+    "tqdm",
+    "torchvision",
+    "transformers",
+    "diffusers",
+    "lightning",
+    "av",
+    "hydra",
+    "omegaconf",
+    "platformdirs",
+}
 ALLOWED: dict[str, set[str]] = {
     "data": {"numpy", "zarr", "torch", "simplejpeg", "tqdm"},
     "policies": {"torch", "torchvision", "transformers", "diffusers"},
     "strategies": {"torch", "lightning"},
     "eval": {"numpy", "torch", "av", "polymimic_data"},
-    "train": {"numpy", "torch", "lightning", "hydra", "omegaconf", "platformdirs",
-              "polymimic_data", "polymimic_policies", "polymimic_strategies", "polymimic_eval"},
+    "train": {
+        "numpy",
+        "torch",
+        "lightning",
+        "hydra",
+        "omegaconf",
+        "platformdirs",
+        "polymimic_data",
+        "polymimic_policies",
+        "polymimic_strategies",
+        "polymimic_eval",
+    },
 }
 OURS = {f"polymimic_{p}" for p in ALLOWED}
 
@@ -51,10 +74,14 @@ def test_package_imports_only_what_design_allows(package: str) -> None:
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_declared_dependencies_cover_imports_and_no_forbidden_package(package: str) -> None:
     project = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
-    declared = {d.split(">")[0].split("=")[0].split("[")[0].strip().replace("-", "_")
-                for d in project["dependencies"]}
+    declared = {
+        d.split(">")[0].split("=")[0].split("[")[0].strip().replace("-", "_")
+        for d in project["dependencies"]
+    }
     declared = {"hydra" if d == "hydra_core" else d for d in declared}
-    used = {m for m in _imports(package) if m in THIRD_PARTY or m in OURS} - {f"polymimic_{package}"}
+    used = {m for m in _imports(package) if m in THIRD_PARTY or m in OURS} - {
+        f"polymimic_{package}"
+    }
     transitive = {"omegaconf"} if "hydra" in declared else set()
     assert used - declared - transitive == set(), "imported but not declared"
     forbidden = declared & (THIRD_PARTY | OURS) - ALLOWED[package] - {"tensorboard"}

@@ -90,7 +90,10 @@ def test_write_refuses_to_overwrite_and_checks_lengths(tmp_path: Path) -> None:
 
 def test_reader_names_the_missing_key(tmp_path: Path) -> None:
     path = write_episode(
-        tmp_path / "ep", embodiment="eva_bimanual", fps=30, arrays={"left.gripper": np.zeros((2, 1))}
+        tmp_path / "ep",
+        embodiment="eva_bimanual",
+        fps=30,
+        arrays={"left.gripper": np.zeros((2, 1))},
     )
     with pytest.raises(KeyError, match=r"right\.gripper"):
         EpisodeReader(path).read_numeric("right.gripper")

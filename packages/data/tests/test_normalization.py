@@ -16,7 +16,9 @@ def _stats(values: np.ndarray) -> NormStats:
     return NormStats(VectorStats.of(values), VectorStats.of(values))
 
 
-LAYOUT = layout_from_widths("test", [("pos", "position", 2), ("rot", "rot6d", 6), ("grip", "gripper", 1)])
+LAYOUT = layout_from_widths(
+    "test", [("pos", "position", 2), ("rot", "rot6d", 6), ("grip", "gripper", 1)]
+)
 
 
 @pytest.mark.parametrize("mode", ["zscore", "minmax", "quantile"])

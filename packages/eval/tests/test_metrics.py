@@ -15,7 +15,9 @@ def test_action_error_ignores_masked_steps() -> None:
 
 
 def test_position_error_is_euclidean_per_group() -> None:
-    layout = layout_from_widths("l", [("left_position", "position", 3), ("left_gripper", "gripper", 1)])
+    layout = layout_from_widths(
+        "l", [("left_position", "position", 3), ("left_gripper", "gripper", 1)]
+    )
     target = torch.zeros(1, 2, 4)
     pred = torch.tensor([[[3.0, 4.0, 0.0, 9.0], [0.0, 0.0, 0.0, 9.0]]])
     errors = position_error(pred, target, torch.ones(1, 2, dtype=torch.bool), layout)

@@ -6,14 +6,28 @@ import torch
 from polymimic_policies import FlowMatchingActionHead, HPTPolicy
 
 SPECS = {
-    "eva_bimanual": {"state_dim": 16, "action_dim": 16, "history": 2, "horizon": 4, "cameras": ["front_1"]},
-    "aria_bimanual": {"state_dim": 14, "action_dim": 14, "history": 1, "horizon": 4, "cameras": ["front_1"]},
+    "eva_bimanual": {
+        "state_dim": 16,
+        "action_dim": 16,
+        "history": 2,
+        "horizon": 4,
+        "cameras": ["front_1"],
+    },
+    "aria_bimanual": {
+        "state_dim": 14,
+        "action_dim": 14,
+        "history": 1,
+        "horizon": 4,
+        "cameras": ["front_1"],
+    },
 }
 
 
 def _policy() -> HPTPolicy:
     torch.manual_seed(0)
-    return HPTPolicy(embodiments=SPECS, d_model=32, num_heads=2, image_tokens=2, resnet_blocks=(1, 1, 1, 1))
+    return HPTPolicy(
+        embodiments=SPECS, d_model=32, num_heads=2, image_tokens=2, resnet_blocks=(1, 1, 1, 1)
+    )
 
 
 def _batch(embodiment: str, size: int = 3) -> dict:
@@ -34,9 +48,7 @@ def test_builds_on_the_cpu_and_every_trainable_parameter_of_an_embodiment_learns
     out = policy.compute_loss(_batch("eva_bimanual"))
     assert set(out) >= {"loss"} and out["loss"].ndim == 0 and torch.isfinite(out["loss"])
     out["loss"].backward()
-    without_grad = [
-        n for n, p in policy.named_parameters() if "aria" not in n and p.grad is None
-    ]
+    without_grad = [n for n, p in policy.named_parameters() if "aria" not in n and p.grad is None]
     assert without_grad == []
 
 

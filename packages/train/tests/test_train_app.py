@@ -41,7 +41,9 @@ def _train(tmp: Path, run_dir: Path, *overrides: str) -> subprocess.CompletedPro
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+def trained(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
     tmp = tmp_path_factory.mktemp("train")
     run_dir = tmp / "run"
     result = _train(tmp, run_dir, *SMALL_SYNTHETIC)
@@ -75,7 +77,10 @@ def test_last_checkpoint_links_the_newest_and_carries_the_normalizer(trained) ->
 def test_validation_video_is_playable(trained) -> None:
     _, run_dir, _ = trained
     videos = sorted((run_dir / "videos").glob("*.mp4"))
-    assert [v.name for v in videos] == ["eva_bimanual-step000002.mp4", "eva_bimanual-step000004.mp4"]
+    assert [v.name for v in videos] == [
+        "eva_bimanual-step000002.mp4",
+        "eva_bimanual-step000004.mp4",
+    ]
     with av.open(str(videos[-1])) as container:
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
     assert len(frames) == 6 and frames[0].shape == (128, 160, 3)
@@ -84,13 +89,21 @@ def test_validation_video_is_playable(trained) -> None:
 def test_resume_continues_from_the_checkpoint(trained) -> None:
     tmp, run_dir, _ = trained
     resumed = tmp / "resumed"
-    result = _train(tmp, resumed, *SMALL_SYNTHETIC, f"resume={run_dir / 'checkpoints' / 'last.ckpt'}", "trainer.max_steps=6")
+    result = _train(
+        tmp,
+        resumed,
+        *SMALL_SYNTHETIC,
+        f"resume={run_dir / 'checkpoints' / 'last.ckpt'}",
+        "trainer.max_steps=6",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((resumed / "summary.json").read_text())["steps"] == 6
     assert not (resumed / "checkpoints" / "step000002.ckpt").exists()
 
 
 def test_bad_data_root_fails_before_training_with_the_path(tmp_path: Path) -> None:
-    result = _train(tmp_path, tmp_path / "run", "data=episodes", f"data.roots=[{tmp_path / 'missing'}]")
+    result = _train(
+        tmp_path, tmp_path / "run", "data=episodes", f"data.roots=[{tmp_path / 'missing'}]"
+    )
     assert result.returncode != 0
     assert str(tmp_path / "missing") in result.stderr

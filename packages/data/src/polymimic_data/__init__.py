@@ -5,7 +5,7 @@ from polymimic_data.embodiments import Embodiment, get_embodiment, registered_em
 from polymimic_data.episode_index import EpisodeIndex, EpisodeInfo, resolve_episodes
 from polymimic_data.episode_store import EpisodeReader, write_episode
 from polymimic_data.layouts import ChannelGroup, Layout, get_layout
-from polymimic_data.normalization import NormStats, Normalizer, load_or_compute_norm_stats
+from polymimic_data.normalization import Normalizer, NormStats, load_or_compute_norm_stats
 from polymimic_data.splits import split_episodes
 
 __all__ = [

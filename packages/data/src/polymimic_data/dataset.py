@@ -44,7 +44,9 @@ class _EpisodeCache:
         return entry
 
 
-def _assemble(recipe: VectorRecipe, arrays: dict[str, np.ndarray], frames: np.ndarray) -> np.ndarray:
+def _assemble(
+    recipe: VectorRecipe, arrays: dict[str, np.ndarray], frames: np.ndarray
+) -> np.ndarray:
     """(len(frames), D): each recipe key read at frames + its offset, clamped to the episode."""
     parts = []
     for key, offset in recipe.entries:
@@ -166,9 +168,7 @@ def collate_samples(samples: list[Sample]) -> dict[str, Any]:
     return batch
 
 
-def subsample_frames(
-    episodes: Sequence[EpisodeInfo], per_episode: int
-) -> list[tuple[int, int]]:
+def subsample_frames(episodes: Sequence[EpisodeInfo], per_episode: int) -> list[tuple[int, int]]:
     """`per_episode` evenly spaced (episode, frame) pairs from each episode."""
     out: list[tuple[int, int]] = []
     for i, ep in enumerate(episodes):

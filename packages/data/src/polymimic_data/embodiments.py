@@ -92,8 +92,11 @@ class Embodiment:
 
 
 def camera_intrinsics(embodiment: Embodiment, attrs: dict, camera: str) -> CameraIntrinsics:
-    """An episode's own intrinsics (attribute `camera_intrinsics`: camera -> [fx, fy, cx, cy,
-    width, height]) where it has them, else the embodiment's default for that camera."""
+    """An episode's own intrinsics where it has them, else the embodiment's default.
+
+    An episode's own are its attribute `camera_intrinsics`: camera -> [fx, fy, cx, cy,
+    width, height].
+    """
     own = (attrs.get("camera_intrinsics") or {}).get(camera)
     if own is not None:
         if len(own) != 6:
@@ -130,9 +133,7 @@ def get_embodiment(name: str) -> Embodiment:
     try:
         return _REGISTRY[name.lower()]
     except KeyError:
-        raise KeyError(
-            f"unknown embodiment {name!r}; registered: {sorted(_REGISTRY)}"
-        ) from None
+        raise KeyError(f"unknown embodiment {name!r}; registered: {sorted(_REGISTRY)}") from None
 
 
 def registered_embodiments() -> list[str]:
@@ -150,10 +151,20 @@ _EVA_KEYS = tuple(
 _EVA_CARTESIAN = LayoutRecipe(
     layout="eva_cartesian_quat",
     state=VectorRecipe(
-        (("left.obs_ee_pose", 0), ("left.gripper", 0), ("right.obs_ee_pose", 0), ("right.gripper", 0))
+        (
+            ("left.obs_ee_pose", 0),
+            ("left.gripper", 0),
+            ("right.obs_ee_pose", 0),
+            ("right.gripper", 0),
+        )
     ),
     actions=VectorRecipe(
-        (("left.cmd_ee_pose", 0), ("left.gripper", 1), ("right.cmd_ee_pose", 0), ("right.gripper", 1))
+        (
+            ("left.cmd_ee_pose", 0),
+            ("left.gripper", 1),
+            ("right.cmd_ee_pose", 0),
+            ("right.gripper", 1),
+        )
     ),
 )
 

@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 ChannelKind = Literal["position", "quaternion", "euler", "rot6d", "gripper", "keypoints"]
-CHANNEL_KINDS: tuple[str, ...] = ("position", "quaternion", "euler", "rot6d", "gripper", "keypoints")
+CHANNEL_KINDS: tuple[str, ...] = (
+    "position",
+    "quaternion",
+    "euler",
+    "rot6d",
+    "gripper",
+    "keypoints",
+)
 UNNORMALISED_KINDS: frozenset[str] = frozenset({"rot6d"})
 
 

@@ -46,9 +46,7 @@ class VectorStats:
     def of(cls, values: np.ndarray) -> VectorStats:
         """Statistics over the rows of a (N, D) array."""
         q01, q99 = np.quantile(values, [0.01, 0.99], axis=0)
-        return cls(
-            values.mean(0), values.std(0), values.min(0), values.max(0), q01, q99
-        )
+        return cls(values.mean(0), values.std(0), values.min(0), values.max(0), q01, q99)
 
     def to_json(self) -> dict[str, list[float]]:
         return {name: getattr(self, name).tolist() for name in _STAT_NAMES}
@@ -154,7 +152,9 @@ class _EmbodimentNorm(nn.Module):
     action_scale: torch.Tensor
     action_mean: torch.Tensor
 
-    def __init__(self, stats: NormStats, state_layout: Layout, action_layout: Layout, mode: NormMode):
+    def __init__(
+        self, stats: NormStats, state_layout: Layout, action_layout: Layout, mode: NormMode
+    ):
         super().__init__()
         for prefix, vector, layout in (
             ("state", stats.state, state_layout),
@@ -178,7 +178,10 @@ class Normalizer(nn.Module):
         super().__init__()
         self.mode = mode
         self.per_embodiment = nn.ModuleDict(
-            {name: _EmbodimentNorm(s, layouts[name], layouts[name], mode) for name, s in stats.items()}
+            {
+                name: _EmbodimentNorm(s, layouts[name], layouts[name], mode)
+                for name, s in stats.items()
+            }
         )
 
     def _get(self, embodiment: str) -> _EmbodimentNorm:

@@ -44,7 +44,9 @@ def _approach(start: np.ndarray, target: np.ndarray, frames: int) -> np.ndarray:
     return target + decay[:, None] * (start - target)[None, :]
 
 
-def _draw_disc(image: np.ndarray, centre: np.ndarray, radius: float, colour: tuple[int, ...]) -> None:
+def _draw_disc(
+    image: np.ndarray, centre: np.ndarray, radius: float, colour: tuple[int, ...]
+) -> None:
     h, w = image.shape[:2]
     yy, xx = np.ogrid[:h, :w]
     mask = (xx - centre[0]) ** 2 + (yy - centre[1]) ** 2 <= radius**2
@@ -142,7 +144,14 @@ def generate_episode(
         metadata={
             "synthetic": True,
             "camera_intrinsics": {
-                "front_1": [intrinsics.fx, intrinsics.fy, intrinsics.cx, intrinsics.cy, width, height]
+                "front_1": [
+                    intrinsics.fx,
+                    intrinsics.fy,
+                    intrinsics.cx,
+                    intrinsics.cy,
+                    width,
+                    height,
+                ]
             },
         },
     )

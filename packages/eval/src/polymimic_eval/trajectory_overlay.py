@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from polymimic_data.embodiments import CameraIntrinsics
@@ -11,13 +13,18 @@ TRUE_COLOUR = (40, 230, 40)
 PRED_COLOUR = (240, 40, 200)
 
 
-def _draw_polyline(image: np.ndarray, pixels: np.ndarray, colour: tuple[int, int, int], radius: int) -> None:
+def _draw_polyline(
+    image: np.ndarray, pixels: np.ndarray, colour: tuple[int, int, int], radius: int
+) -> None:
     """Dots along the segments between consecutive pixels, clipped to the image."""
     h, w = image.shape[:2]
-    for a, b in zip(pixels[:-1], pixels[1:], strict=True):
+    for a, b in itertools.pairwise(pixels):
         steps = max(2, int(np.abs(b - a).max()) + 1)
         for u, v in np.linspace(a, b, steps).round().astype(int):
-            image[max(v - radius, 0) : min(v + radius + 1, h), max(u - radius, 0) : min(u + radius + 1, w)] = colour
+            image[
+                max(v - radius, 0) : min(v + radius + 1, h),
+                max(u - radius, 0) : min(u + radius + 1, w),
+            ] = colour
 
 
 def draw_chunk_overlay(

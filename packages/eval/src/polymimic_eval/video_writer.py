@@ -22,9 +22,13 @@ def write_video(path: str | os.PathLike[str], frames: Iterable[np.ndarray], fps:
             stream = None
             for frame in frames:
                 if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
-                    raise ValueError(f"{path}: frames must be uint8 (H, W, 3), got {frame.dtype} {frame.shape}")
+                    raise ValueError(
+                        f"{path}: frames must be uint8 (H, W, 3), got {frame.dtype} {frame.shape}"
+                    )
                 if stream is None:
-                    stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+                    stream = container.add_stream(
+                        "libx264", rate=Fraction(fps).limit_denominator(1001)
+                    )
                     # yuv420p needs even sides; crop a pixel rather than resample.
                     stream.height, stream.width = frame.shape[0] // 2 * 2, frame.shape[1] // 2 * 2
                     stream.pix_fmt = "yuv420p"

@@ -46,7 +46,7 @@ class FlowMatchingActionHead(nn.Module):
         nn.init.normal_(self.step_embedding, std=0.02)
 
     def velocity(self, noisy: torch.Tensor, t: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        """Predicted velocity (B, T, A) for noisy actions at times t (B,) given context (B, N, D)."""
+        """Velocity (B, T, A) for noisy actions at times t (B,) given context (B, N, D)."""
         d_model = self.action_in.out_features
         time = self.time_mlp(sinusoidal_embedding(t, d_model).to(noisy.dtype))
         tokens = self.action_in(noisy) + self.step_embedding + time[:, None]
@@ -70,7 +70,10 @@ class FlowMatchingActionHead(nn.Module):
 
     @torch.no_grad()
     def sample(
-        self, context: torch.Tensor, generator: torch.Generator | None = None, steps: int | None = None
+        self,
+        context: torch.Tensor,
+        generator: torch.Generator | None = None,
+        steps: int | None = None,
     ) -> torch.Tensor:
         """Integrate from noise to a normalised action chunk (B, T, A)."""
         steps = steps or self.sample_steps

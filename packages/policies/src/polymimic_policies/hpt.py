@@ -38,7 +38,9 @@ class StateStem(nn.Module):
 
     def __init__(self, state_dim: int, history: int, d_model: int) -> None:
         super().__init__()
-        self.project = nn.Sequential(nn.Linear(state_dim, d_model), nn.GELU(), nn.Linear(d_model, d_model))
+        self.project = nn.Sequential(
+            nn.Linear(state_dim, d_model), nn.GELU(), nn.Linear(d_model, d_model)
+        )
         self.time_embedding = nn.Parameter(torch.randn(1, history, d_model) * 0.02)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:

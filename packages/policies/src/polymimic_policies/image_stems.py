@@ -37,7 +37,9 @@ class ResNetImageStem(nn.Module):
         self.project = nn.Linear(channels, d_model)
         self.queries = nn.Parameter(torch.randn(1, num_tokens, d_model) * 0.02)
         self.pool = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
-        self.register_buffer("mean", torch.tensor(_IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer(
+            "mean", torch.tensor(_IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False
+        )
         self.register_buffer("std", torch.tensor(_IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

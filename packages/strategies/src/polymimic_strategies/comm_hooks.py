@@ -16,5 +16,5 @@ CommHook = Callable[[Any, Any], Any]
 
 
 def make_bf16_compress_hook() -> CommHook:
-    """torch's bf16 gradient compression: all-reduce in bf16, gradients stay fp32 after."""
+    """Torch's bf16 gradient compression: all-reduce in bf16, gradients stay fp32 after."""
     return default_hooks.bf16_compress_hook

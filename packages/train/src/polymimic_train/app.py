@@ -12,9 +12,9 @@ import platformdirs
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from polymimic_data.atomic_files import write_json_atomic
 from polymimic_train.data_module import EmbodimentDataModule
 from polymimic_train.policy_module import PolicyModule
-from polymimic_data.atomic_files import write_json_atomic
 from polymimic_train.run_record import record_run_start
 
 log = logging.getLogger("polymimic_train")
@@ -53,9 +53,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         cfg.trainer, callbacks=_instantiate_all(cfg.callbacks), logger=_instantiate_all(cfg.logger)
     )
     if trainer.is_global_zero:
-        record_run_start(
-            run_dir, cfg, {n: s.to_json() for n, s in datamodule.norm_stats.items()}
-        )
+        record_run_start(run_dir, cfg, {n: s.to_json() for n, s in datamodule.norm_stats.items()})
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.resume)
 
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}

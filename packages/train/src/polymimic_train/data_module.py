@@ -1,4 +1,4 @@
-"""The Lightning data module: one dataset per embodiment, from polymimic-data, per the data config."""
+"""The Lightning data module: one polymimic-data dataset per embodiment of the data config."""
 
 from __future__ import annotations
 
@@ -71,9 +71,13 @@ class EmbodimentDataModule(pl.LightningDataModule):
             return
         stats, layouts = {}, {}
         for name, spec in self.cfg["datasets"].items():
-            episodes = resolve_episodes(self._roots(spec["embodiment"]), embodiment=spec["embodiment"])
+            episodes = resolve_episodes(
+                self._roots(spec["embodiment"]), embodiment=spec["embodiment"]
+            )
             train, val = split_episodes(
-                episodes, val_fraction=float(self.cfg["val_fraction"]), seed=int(self.cfg["split_seed"])
+                episodes,
+                val_fraction=float(self.cfg["val_fraction"]),
+                seed=int(self.cfg["split_seed"]),
             )
             self.train_sets[name] = self._dataset(name, train)
             self.val_episodes[name] = val
@@ -89,7 +93,11 @@ class EmbodimentDataModule(pl.LightningDataModule):
             layouts[name] = self.train_sets[name].layout
             log.info(
                 "%s: %d train / %d val episodes, %d train samples; stats %s",
-                name, len(train), len(val), len(self.train_sets[name]), path,
+                name,
+                len(train),
+                len(val),
+                len(self.train_sets[name]),
+                path,
             )
         self.norm_stats = stats
         self.normalizer = Normalizer(stats, layouts, mode=self.cfg["norm"]["mode"])
@@ -125,7 +133,8 @@ class EmbodimentDataModule(pl.LightningDataModule):
             collate_fn=collate_samples,
             persistent_workers=workers > 0,
             prefetch_factor=4 if workers > 0 else None,
-            pin_memory=self.trainer is not None and self.trainer.accelerator.__class__.__name__ == "CUDAAccelerator",
+            pin_memory=self.trainer is not None
+            and self.trainer.accelerator.__class__.__name__ == "CUDAAccelerator",
         )
 
     def train_dataloader(self) -> CombinedLoader:

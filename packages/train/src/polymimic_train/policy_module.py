@@ -47,7 +47,9 @@ class PolicyModule(pl.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=1)
         return loss
 
-    def predict_actions(self, batch: Mapping[str, Any], generator: torch.Generator | None = None) -> torch.Tensor:
+    def predict_actions(
+        self, batch: Mapping[str, Any], generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Unnormalised action chunks for a raw batch."""
         embodiment = batch["embodiment"]
         normalised = self.normalizer.normalize_batch(dict(batch))
@@ -61,7 +63,9 @@ class PolicyModule(pl.LightningModule):
             seed = seed * 1_000_003 + s
         return gen.manual_seed(seed % (2**63))
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+    def validation_step(
+        self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         embodiment = batch["embodiment"]
         pred = self.predict_actions(batch, self._generator(dataloader_idx, batch_idx))
         target, mask = batch["actions"], batch["action_mask"]
@@ -87,4 +91,7 @@ class PolicyModule(pl.LightningModule):
             return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }

@@ -34,7 +34,11 @@ class TrajectoryVideoCallback(pl.Callback):
         for name in datamodule.val_episodes:
             if not datamodule.val_episodes[name]:
                 continue
-            path = Path(trainer.default_root_dir) / "videos" / f"{name}-step{trainer.global_step:06d}.mp4"
+            path = (
+                Path(trainer.default_root_dir)
+                / "videos"
+                / f"{name}-step{trainer.global_step:06d}.mp4"
+            )
             self._render(datamodule, name, pl_module, path)
             self.written.append(path)
             log.info("wrote %s", path)
@@ -46,18 +50,33 @@ class TrajectoryVideoCallback(pl.Callback):
         model_size = tuple(datamodule.cfg["image_size"])
         episode = dataset.episodes[0]
         intrinsics = camera_intrinsics(dataset.spec, episode.attrs, camera)
-        indices = np.linspace(0, len(dataset) - 1, min(self.max_frames, len(dataset))).round().astype(int)
+        indices = (
+            np.linspace(0, len(dataset) - 1, min(self.max_frames, len(dataset))).round().astype(int)
+        )
         frames = []
         for start in range(0, len(indices), self.batch_size):
-            batch = collate_samples([dataset[int(i)] for i in indices[start : start + self.batch_size]])
+            batch = collate_samples(
+                [dataset[int(i)] for i in indices[start : start + self.batch_size]]
+            )
             display = batch[f"images.{camera}"]
             for cam in dataset.cameras:  # the policy sees images at its own resolution
                 key = f"images.{cam}"
-                batch[key] = F.interpolate(batch[key].float(), size=model_size, mode="bilinear", antialias=True).round().to(torch.uint8)
-            batch = {k: v.to(module.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                batch[key] = (
+                    F.interpolate(
+                        batch[key].float(), size=model_size, mode="bilinear", antialias=True
+                    )
+                    .round()
+                    .to(torch.uint8)
+                )
+            batch = {
+                k: v.to(module.device) if isinstance(v, torch.Tensor) else v
+                for k, v in batch.items()
+            }
             pred = module.predict_actions(batch, module._generator(start)).cpu().numpy()
             true = batch["actions"].cpu().numpy()
             for j in range(len(pred)):
                 image = display[j].permute(1, 2, 0).numpy()
-                frames.append(draw_chunk_overlay(image, pred[j], true[j], dataset.layout, intrinsics))
+                frames.append(
+                    draw_chunk_overlay(image, pred[j], true[j], dataset.layout, intrinsics)
+                )
         write_video(path, frames, self.fps)
