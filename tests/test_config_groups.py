@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 import polymimic_train.app
+from polymimic_data import collate_samples
 from polymimic_train.data_module import EmbodimentDataModule
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
