@@ -9,6 +9,7 @@ import simplejpeg
 import zarr
 
 from polymimic_data import EpisodeReader, write_episode
+from polymimic_data.episode_store import EpisodeWriter
 
 
 def _jpeg(value: int) -> bytes:
@@ -41,7 +42,9 @@ def test_jpeg_arrays_are_not_zstd_compressed(tmp_path: Path) -> None:
         tmp_path / "ep", embodiment="eva_bimanual", fps=30, images={"front_1": [_jpeg(0)] * 2}
     )
     meta = json.loads((path / "images.front_1" / "zarr.json").read_text())
-    assert [c["name"] for c in meta["codecs"]] == ["vlen-bytes"]
+    assert [c["name"] for c in meta["codecs"]] == ["sharding_indexed"]
+    inner = meta["codecs"][0]["configuration"]
+    assert [c["name"] for c in inner["codecs"]] == ["vlen-bytes"] and inner["chunk_shape"] == [1]
 
 
 def test_reader_clamps_padded_arrays_to_total_frames(tmp_path: Path) -> None:
@@ -97,3 +100,43 @@ def test_reader_names_the_missing_key(tmp_path: Path) -> None:
     )
     with pytest.raises(KeyError, match=r"right\.gripper"):
         EpisodeReader(path).read_numeric("right.gripper")
+
+
+def test_incremental_writer_matches_whole_episode_writer(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    pose = rng.normal(size=(300, 7))  # crosses a shard boundary
+    jpegs = [_jpeg(i % 250) for i in range(300)]
+    with EpisodeWriter(tmp_path / "inc.zarr", embodiment="aria_bimanual", fps=30) as writer:
+        for t in range(300):
+            writer.append({"left.obs_ee_pose": pose[t]}, {"front_1": jpegs[t]})
+        writer.annotate("wave", 10, 20)
+    whole = write_episode(
+        tmp_path / "whole.zarr",
+        embodiment="aria_bimanual",
+        fps=30,
+        arrays={"left.obs_ee_pose": pose},
+        images={"front_1": jpegs},
+        annotations=[{"text": "wave", "start_idx": 10, "end_idx": 20}],
+    )
+    a, b = EpisodeReader(tmp_path / "inc.zarr"), EpisodeReader(whole)
+    assert a.total_frames == b.total_frames == 300
+    np.testing.assert_array_equal(
+        a.read_numeric("left.obs_ee_pose"), b.read_numeric("left.obs_ee_pose")
+    )
+    assert a.read_jpegs("front_1", 250, 300) == jpegs[250:300]
+    assert a.read_annotations() == b.read_annotations()
+    assert a.attrs["features"] == b.attrs["features"]
+
+
+def test_incremental_writer_interrupted_leaves_nothing(tmp_path: Path) -> None:
+    with (
+        pytest.raises(RuntimeError),
+        EpisodeWriter(tmp_path / "ep", embodiment="eva_bimanual", fps=30) as w,
+    ):
+        w.append({"left.gripper": np.zeros(1)})
+        raise RuntimeError("robot unplugged")
+    assert list(tmp_path.iterdir()) == []
+    with EpisodeWriter(tmp_path / "ep", embodiment="eva_bimanual", fps=30) as w:
+        w.append({"left.gripper": np.zeros(1)})
+        with pytest.raises(ValueError, match="same keys"):
+            w.append({"right.gripper": np.zeros(1)})

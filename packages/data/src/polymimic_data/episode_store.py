@@ -21,7 +21,11 @@ import numpy as np
 import zarr
 import zarr.dtype
 
+from polymimic_data.vlen_bytes_reader import VlenBytesArrayReader
+
 EPISODE_SUFFIX = ".zarr"
+FRAMES_PER_SHARD = 256
+NUMERIC_CHUNK_FRAMES = 4096  # numeric arrays are small: few files, read whole
 _TMP_PREFIX = ".incomplete-"
 
 
@@ -42,6 +46,172 @@ def _feature(array: np.ndarray, names: Sequence[str] | None = None) -> dict[str,
     }
 
 
+def _create_jpeg_array(group: zarr.Group, key: str) -> zarr.Array:
+    """One JPEG per inner chunk, `FRAMES_PER_SHARD` to a file, never compressed.
+
+    One frame is then one byte range of one file (see vlen_bytes_reader), and a long
+    episode is not tens of thousands of files. JPEG bytes do not compress: zstd only costs.
+    """
+    return group.create_array(
+        key,
+        shape=(0,),
+        dtype=zarr.dtype.VariableLengthBytes(),
+        chunks=(1,),
+        shards=(FRAMES_PER_SHARD,),
+        compressors=None,
+    )
+
+
+class EpisodeWriter:
+    """Writes an episode frame by frame (length unknown up front), atomically.
+
+    Everything goes to a hidden sibling folder that resolvers never pick up, and is renamed
+    to `path` by `close()`; leaving a `with` block by an exception removes it instead.
+    Frames are buffered and flushed a shard at a time, so shards are written whole.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        embodiment: str,
+        fps: float,
+        task_name: str = "",
+        task_description: str = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        if self.path.exists():
+            raise FileExistsError(f"{self.path} already exists; refusing to overwrite an episode")
+        self._attrs = {
+            "embodiment": embodiment,
+            "fps": float(fps),
+            "task_name": task_name,
+            "task_description": task_description,
+            **dict(metadata or {}),
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.parent / f"{_TMP_PREFIX}{self.path.name}-{uuid.uuid4().hex[:8]}"
+        self._group = zarr.open_group(self._tmp, mode="w", zarr_format=3)
+        self._keys: tuple[str, ...] | None = None
+        self._buffers: dict[str, list[Any]] = {}
+        self._arrays: dict[str, zarr.Array] = {}
+        self._features: dict[str, Any] = {}
+        self._annotations: list[dict[str, Any]] = []
+        self.frames = 0
+        self._buffered = 0
+
+    def __enter__(self) -> EpisodeWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def extend(
+        self,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        images: Mapping[str, Sequence[bytes]] | None = None,
+    ) -> None:
+        """Add n frames: each array is (n, ...) float; each camera has n JPEGs."""
+        columns: dict[str, Any] = {k: np.asarray(v) for k, v in (arrays or {}).items()}
+        columns |= {f"images.{c}": list(v) for c, v in (images or {}).items()}
+        keys = tuple(sorted(columns))
+        if self._keys is None:
+            self._keys = keys
+            self._buffers = {k: [] for k in keys}
+        elif keys != self._keys:
+            raise ValueError(
+                f"{self.path}: every call must give the same keys; first {list(self._keys)}, "
+                f"now {list(keys)}"
+            )
+        lengths = {k: len(v) for k, v in columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"{self.path}: arrays differ in length: {lengths}")
+        for key, value in columns.items():
+            if not key.startswith("images.") and value.dtype.kind != "f":
+                raise TypeError(
+                    f"{self.path}: array {key!r} must be float32/float64, got {value.dtype}"
+                )
+            self._buffers[key].append(value)
+        self._buffered += next(iter(lengths.values()), 0)
+        if self._buffered >= FRAMES_PER_SHARD:
+            self._flush()
+
+    def append(
+        self,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        images: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Add one frame: each array is that frame's value; each camera one JPEG."""
+        self.extend(
+            {k: np.asarray(v)[None] for k, v in (arrays or {}).items()},
+            {c: [b] for c, b in (images or {}).items()},
+        )
+
+    def annotate(self, text: str, start_idx: int, end_idx: int) -> None:
+        """A language span over frames [start_idx, end_idx)."""
+        self._annotations.append({"text": text, "start_idx": start_idx, "end_idx": end_idx})
+
+    def _flush(self) -> None:
+        if not self._buffered:
+            return
+        with _vlen_bytes_allowed():
+            for key, parts in self._buffers.items():
+                if key.startswith("images."):
+                    block = np.empty(sum(len(p) for p in parts), dtype=object)
+                    block[:] = [b for p in parts for b in p]
+                    if key not in self._arrays:
+                        self._arrays[key] = _create_jpeg_array(self._group, key)
+                        self._features[key] = {"dtype": "jpeg", "shape": [], "names": None}
+                else:
+                    block = np.concatenate(parts)
+                    if key not in self._arrays:
+                        self._arrays[key] = self._group.create_array(
+                            key,
+                            shape=(0, *block.shape[1:]),
+                            dtype=block.dtype,
+                            chunks=(NUMERIC_CHUNK_FRAMES, *block.shape[1:]),
+                        )
+                        self._features[key] = _feature(block)
+                self._arrays[key].append(block)
+                parts.clear()
+        self.frames += self._buffered
+        self._buffered = 0
+
+    def close(self) -> Path:
+        """Flush, write the attributes, and move the episode into place."""
+        try:
+            self._flush()
+            if self.frames == 0:
+                raise ValueError(f"{self.path}: an episode needs at least one frame")
+            if self._annotations:
+                with _vlen_bytes_allowed():
+                    ann = self._group.create_array(
+                        "annotations",
+                        shape=(len(self._annotations),),
+                        dtype=zarr.dtype.VariableLengthBytes(),
+                    )
+                    ann[:] = np.array(
+                        [json.dumps(a).encode() for a in self._annotations], dtype=object
+                    )
+                self._features["annotations"] = {"dtype": "json", "shape": [], "names": None}
+            self._group.attrs.update(
+                self._attrs | {"total_frames": self.frames, "features": self._features}
+            )
+            os.rename(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        return self.path
+
+    def abort(self) -> None:
+        """Drop everything written so far."""
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
 def write_episode(
     path: str | os.PathLike[str],
     *,
@@ -60,70 +230,20 @@ def write_episode(
     to one JPEG per frame. Every array must have the same length, which becomes
     `total_frames`.
     """
-    path = Path(path)
-    arrays = arrays or {}
-    images = images or {}
-    lengths = {k: len(v) for k, v in arrays.items()} | {
-        f"images.{c}": len(v) for c, v in images.items()
-    }
-    if not lengths:
+    if not arrays and not images:
         raise ValueError(f"{path}: an episode needs at least one array")
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"{path}: arrays differ in length: {lengths}")
-    total_frames = next(iter(lengths.values()))
-    if total_frames == 0:
-        raise ValueError(f"{path}: an episode needs at least one frame")
-    if path.exists():
-        raise FileExistsError(f"{path} already exists; refusing to overwrite an episode")
-
-    tmp = path.parent / f"{_TMP_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        group = zarr.open_group(tmp, mode="w", zarr_format=3)
-        features: dict[str, Any] = {}
-        for key, value in arrays.items():
-            value = np.asarray(value)
-            if value.dtype.kind != "f":
-                raise TypeError(f"{path}: array {key!r} must be float32/float64, got {value.dtype}")
-            group.create_array(key, data=value, chunks=value.shape)
-            features[key] = _feature(value)
-        with _vlen_bytes_allowed():
-            for camera, frames in images.items():
-                key = f"images.{camera}"
-                arr = group.create_array(
-                    key,
-                    shape=(len(frames),),
-                    dtype=zarr.dtype.VariableLengthBytes(),
-                    chunks=(len(frames),),
-                    compressors=None,  # JPEG bytes do not compress; zstd only costs time
-                )
-                arr[:] = np.array(list(frames), dtype=object)
-                features[key] = {"dtype": "jpeg", "shape": [], "names": None}
-            if annotations:
-                ann = group.create_array(
-                    "annotations",
-                    shape=(len(annotations),),
-                    dtype=zarr.dtype.VariableLengthBytes(),
-                    chunks=(len(annotations),),
-                )
-                ann[:] = np.array([json.dumps(dict(a)).encode() for a in annotations], dtype=object)
-                features["annotations"] = {"dtype": "json", "shape": [], "names": None}
-        group.attrs.update(
-            {
-                "embodiment": embodiment,
-                "total_frames": int(total_frames),
-                "fps": float(fps),
-                "task_name": task_name,
-                "task_description": task_description,
-                "features": features,
-                **dict(metadata or {}),
-            }
-        )
-        os.rename(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path
+    with EpisodeWriter(
+        path,
+        embodiment=embodiment,
+        fps=fps,
+        task_name=task_name,
+        task_description=task_description,
+        metadata=metadata,
+    ) as writer:
+        writer.extend(arrays, images)
+        for span in annotations:
+            writer.annotate(str(span["text"]), int(span["start_idx"]), int(span["end_idx"]))
+    return writer.path
 
 
 class EpisodeReader:
@@ -141,6 +261,7 @@ class EpisodeReader:
                 raise ValueError(f"{self.path}: attribute {field!r} is missing")
         self.total_frames = int(self.attrs["total_frames"])
         self._arrays: dict[str, Any] = {}
+        self._jpeg_readers: dict[str, VlenBytesArrayReader] = {}
 
     @property
     def hash(self) -> str:
@@ -167,11 +288,23 @@ class EpisodeReader:
         """The whole array, clamped to `total_frames`, as float32."""
         return np.asarray(self._array(key)[: self.total_frames], dtype=np.float32)
 
+    def read_jpeg(self, camera: str, frame: int) -> bytes:
+        """The JPEG bytes of one frame of one camera, by byte range where possible."""
+        reader = self._jpeg_readers.get(camera)
+        if reader is None:
+            key = f"images.{camera}"
+            if not (self.path / key / "zarr.json").exists():
+                raise KeyError(f"{self.path}: key {key!r} is missing")
+            reader = VlenBytesArrayReader(self.path / key, lambda: self._array(key))
+            self._jpeg_readers[camera] = reader
+        if not 0 <= frame < self.total_frames:
+            raise IndexError(f"{self.path}: frame {frame} outside 0..{self.total_frames - 1}")
+        with _vlen_bytes_allowed():
+            return reader.get(frame)
+
     def read_jpegs(self, camera: str, start: int, stop: int) -> list[bytes]:
         """JPEG bytes of frames [start, stop) of one camera."""
-        with _vlen_bytes_allowed():
-            values = self._array(f"images.{camera}")[start:stop]
-        return [bytes(v) for v in values]
+        return [self.read_jpeg(camera, f) for f in range(start, min(stop, self.total_frames))]
 
     def read_annotations(self) -> list[dict[str, Any]]:
         if "annotations" not in self._group.array_keys():
