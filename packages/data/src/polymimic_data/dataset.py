@@ -1,59 +1,104 @@
-"""A map-style dataset over episodes of one embodiment, yielding samples of the batch contract."""
+"""A map-style dataset over episodes of one embodiment, yielding samples of the batch contract.
+
+Per worker, each episode is opened once and its numeric arrays (small) are read whole into
+a bounded cache, checked for bad values once, vectorised over time. JPEGs are read by byte
+range and decoded at the model's resolution. A bad sample is replaced by a valid one and
+reported in the sample's `faults`; an episode with too many faults is dropped.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from polymimic_data.data_faults import DataFault, SampleFault, frame_faults
 from polymimic_data.embodiments import VectorRecipe, get_embodiment
 from polymimic_data.episode_index import EpisodeIndex, EpisodeInfo
 from polymimic_data.episode_store import EpisodeReader
 from polymimic_data.jpeg_decode import decode_jpeg
 from polymimic_data.layouts import Layout
 
+log = logging.getLogger(__name__)
+
 Sample = dict[str, Any]
+_MAX_REPLACEMENTS = 32
+
+
+@dataclass
+class _LoadedEpisode:
+    reader: EpisodeReader
+    arrays: dict[str, np.ndarray]
+    annotations: list[dict[str, Any]]
+    bad: dict[str, tuple[np.ndarray, list[str]]]  # key -> (bad per frame, reason per frame)
 
 
 class _EpisodeCache:
-    """Per-worker: readers opened once, small numeric arrays read whole, bounded LRU."""
+    """Per worker: readers opened once, numeric arrays read whole and checked, bounded LRU."""
 
-    def __init__(self, episodes: Sequence[EpisodeInfo], keys: Sequence[str], capacity: int) -> None:
+    def __init__(
+        self,
+        episodes: Sequence[EpisodeInfo],
+        keys: Sequence[str],
+        pose_keys: frozenset[str],
+        capacity: int,
+    ) -> None:
         self._episodes = episodes
         self._keys = tuple(keys)
+        self._pose_keys = pose_keys
         self._capacity = capacity
-        self._entries: OrderedDict[int, tuple[EpisodeReader, dict[str, np.ndarray], list]] = (
-            OrderedDict()
-        )
+        self._entries: OrderedDict[int, _LoadedEpisode] = OrderedDict()
 
-    def get(self, episode: int) -> tuple[EpisodeReader, dict[str, np.ndarray], list]:
+    def get(self, episode: int) -> _LoadedEpisode:
         entry = self._entries.get(episode)
         if entry is not None:
             self._entries.move_to_end(episode)
             return entry
-        reader = EpisodeReader(self._episodes[episode].path)
-        arrays = {k: reader.read_numeric(k) for k in self._keys}
-        entry = (reader, arrays, reader.read_annotations())
+        info = self._episodes[episode]
+        key = "*"
+        try:
+            reader = EpisodeReader(info.path)
+            arrays, bad = {}, {}
+            for key in self._keys:
+                arrays[key] = reader.read_numeric(key)
+                if len(arrays[key]) < reader.total_frames:
+                    raise ValueError(
+                        f"{len(arrays[key])} frames, total_frames is {reader.total_frames}"
+                    )
+                quaternion = slice(3, 7) if key in self._pose_keys else None
+                mask, reasons = frame_faults(key, arrays[key], quaternion)
+                if mask.any():
+                    bad[key] = (mask, reasons)
+            key = "annotations"
+            entry = _LoadedEpisode(reader, arrays, reader.read_annotations(), bad)
+        except Exception as exc:
+            raise SampleFault(DataFault(info.hash, key, -1, f"episode unreadable: {exc}")) from exc
         self._entries[episode] = entry
         if len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
         return entry
 
 
+def _frames_of(recipe: VectorRecipe, frames: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    return {key: np.clip(frames + offset, 0, n - 1) for key, offset in recipe.entries}
+
+
 def _assemble(
     recipe: VectorRecipe, arrays: dict[str, np.ndarray], frames: np.ndarray
 ) -> np.ndarray:
     """(len(frames), D): each recipe key read at frames + its offset, clamped to the episode."""
-    parts = []
-    for key, offset in recipe.entries:
-        arr = arrays[key]
-        idx = np.clip(frames + offset, 0, len(arr) - 1)
-        parts.append(arr[idx].reshape(len(frames), -1))
-    return np.concatenate(parts, axis=1)
+    n = len(next(iter(arrays.values())))
+    idx = _frames_of(recipe, frames, n)
+    return np.concatenate(
+        [arrays[k][idx[k]].reshape(len(frames), -1) for k, _ in recipe.entries], axis=1
+    )
 
 
 def prompt_at(annotations: list[dict[str, Any]], frame: int) -> str:
@@ -67,8 +112,9 @@ def prompt_at(annotations: list[dict[str, Any]], frame: int) -> str:
 class EpisodeDataset(Dataset[Sample]):
     """Samples of one embodiment: images, K-step state history and a T-step action chunk.
 
-    `frames`, when given, restricts the dataset to those (episode, frame) pairs (for
-    validation subsampling or contiguous video episodes); otherwise every frame is a sample.
+    Action step j of a sample at frame t reads frame t + j * action_stride. `frames`, when
+    given, restricts the dataset to those (episode, frame) pairs (validation subsampling,
+    contiguous video episodes); otherwise every frame is a sample.
     """
 
     def __init__(
@@ -78,14 +124,18 @@ class EpisodeDataset(Dataset[Sample]):
         embodiment: str,
         layout: str | None = None,
         cameras: Sequence[str] = ("front_1",),
-        image_size: tuple[int, int] | None = None,
+        image_size: tuple[int, int] | Sequence[int] | None = None,
         history: int = 1,
         horizon: int = 16,
+        action_stride: int = 1,
         frames: Sequence[tuple[int, int]] | None = None,
         cache_episodes: int = 256,
+        max_bad_fraction_per_episode: float = 0.2,
     ) -> None:
-        if history < 1 or horizon < 1:
-            raise ValueError(f"history and horizon must be >= 1, got {history} and {horizon}")
+        if history < 1 or horizon < 1 or action_stride < 1:
+            raise ValueError(
+                f"history, horizon and action_stride must be >= 1, got {history}, {horizon}, {action_stride}"
+            )
         self.spec = get_embodiment(embodiment)
         self.episodes = list(episodes)
         wrong = [e.hash for e in self.episodes if e.embodiment != self.spec.name]
@@ -99,13 +149,20 @@ class EpisodeDataset(Dataset[Sample]):
         self.recipe = self.spec.recipe(layout or self.spec.default_layout)
         self.layout: Layout = self.spec.layout(self.recipe.layout)
         self.cameras = tuple(cameras)
-        self.image_size = tuple(image_size) if image_size is not None else None
-        self.history = history
-        self.horizon = horizon
+        self.image_size = (
+            (int(image_size[0]), int(image_size[1])) if image_size is not None else None
+        )
+        self.history, self.horizon, self.action_stride = history, horizon, action_stride
+        self.max_bad_fraction_per_episode = max_bad_fraction_per_episode
         self._index = EpisodeIndex([e.total_frames for e in self.episodes])
         self._frames = list(frames) if frames is not None else None
-        keys = set(self.recipe.state.keys) | set(self.recipe.actions.keys)
-        self._cache = _EpisodeCache(self.episodes, sorted(keys), cache_episodes)
+        keys = sorted(set(self.recipe.state.keys) | set(self.recipe.actions.keys))
+        pose_keys = frozenset(k for k in keys if k.endswith("_pose"))
+        self._cache = _EpisodeCache(self.episodes, keys, pose_keys, cache_episodes)
+        self._last_offset = max(off for _, off in self.recipe.actions.entries)
+        # Per worker: the bad frames seen per episode, and the episodes dropped for them.
+        self._bad_frames: dict[int, set[int]] = {}
+        self._dropped: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._frames) if self._frames is not None else len(self._index)
@@ -115,41 +172,121 @@ class EpisodeDataset(Dataset[Sample]):
             return self._frames[index]
         return self._index.locate(index)
 
-    def numeric_sample(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """State (K, S), actions (T, A) and action mask (T,), without touching images."""
-        episode, frame = self.locate(index)
-        _, arrays, _ = self._cache.get(episode)
+    def _windows(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
+        return frame + np.arange(1 - self.history, 1), frame + np.arange(
+            self.horizon
+        ) * self.action_stride
+
+    def _check_numeric(self, episode: int, frame: int, loaded: _LoadedEpisode) -> None:
+        if not loaded.bad:
+            return
         n = self.episodes[episode].total_frames
-        state = _assemble(self.recipe.state, arrays, frame + np.arange(1 - self.history, 1))
-        steps = frame + np.arange(self.horizon)
-        actions = _assemble(self.recipe.actions, arrays, steps)
-        last_offset = max(off for _, off in self.recipe.actions.entries)
-        mask = steps + last_offset <= n - 1
-        if not mask[0]:
-            mask[0] = True  # the first step always exists: it repeats the episode's last
+        history, steps = self._windows(frame)
+        for recipe, frames in ((self.recipe.state, history), (self.recipe.actions, steps)):
+            for key, idx in _frames_of(recipe, frames, n).items():
+                if key in loaded.bad:
+                    mask, reasons = loaded.bad[key]
+                    hits = idx[mask[idx]]
+                    if len(hits):
+                        bad_frame = int(hits[0])
+                        fault = DataFault(
+                            self.episodes[episode].hash, key, bad_frame, reasons[bad_frame]
+                        )
+                        raise SampleFault(fault)
+
+    def numeric_sample(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """State (K, S), actions (T, A) and action mask (T,), without touching images.
+
+        Raises SampleFault when the window touches bad values.
+        """
+        episode, frame = self.locate(index)
+        loaded = self._cache.get(episode)
+        self._check_numeric(episode, frame, loaded)
+        n = self.episodes[episode].total_frames
+        history, steps = self._windows(frame)
+        state = _assemble(self.recipe.state, loaded.arrays, history)
+        actions = _assemble(self.recipe.actions, loaded.arrays, steps)
+        mask = steps + self._last_offset <= n - 1
+        mask[0] = True  # the first step always exists: at the very end it repeats the last
         return state, actions, mask
 
-    def __getitem__(self, index: int) -> Sample:
+    def _build(self, index: int) -> Sample:
         episode, frame = self.locate(index)
-        reader, _, annotations = self._cache.get(episode)
+        if episode in self._dropped:
+            raise SampleFault(DataFault(self.episodes[episode].hash, "*", frame, "episode dropped"))
         state, actions, mask = self.numeric_sample(index)
+        loaded = self._cache.get(episode)
         sample: Sample = {
             "embodiment": self.spec.name,
-            "state": torch.from_numpy(state.astype(np.float32)),
-            "actions": torch.from_numpy(actions.astype(np.float32)),
+            "state": torch.from_numpy(state.astype(np.float32, copy=False)),
+            "actions": torch.from_numpy(actions.astype(np.float32, copy=False)),
             "action_mask": torch.from_numpy(mask),
-            "prompt": prompt_at(annotations, frame),
+            "prompt": prompt_at(loaded.annotations, frame),
             "episode": self.episodes[episode].hash,
             "frame": frame,
         }
         for camera in self.cameras:
-            (jpeg,) = reader.read_jpegs(camera, frame, frame + 1)
-            sample[f"images.{camera}"] = decode_jpeg(jpeg, self.image_size)  # type: ignore[arg-type]
+            try:
+                jpeg = loaded.reader.read_jpeg(camera, frame)
+                sample[f"images.{camera}"] = decode_jpeg(jpeg, self.image_size)
+            except Exception as exc:
+                fault = DataFault(self.episodes[episode].hash, f"images.{camera}", frame, str(exc))
+                raise SampleFault(fault) from exc
         return sample
+
+    def _note_fault(self, fault: DataFault, episode: int) -> None:
+        if fault.reason == "episode dropped" or episode in self._dropped:
+            return
+        bad = self._bad_frames.setdefault(episode, set())
+        bad.add(fault.frame)
+        count = len(bad)
+        frames = self.episodes[episode].total_frames
+        if fault.frame < 0 or count > max(1.0, self.max_bad_fraction_per_episode * frames):
+            self._dropped.add(episode)
+            log.warning(
+                "dropping episode %s (%s): %d bad frames; last: %s %s",
+                fault.episode,
+                self.episodes[episode].path,
+                count,
+                fault.key,
+                fault.reason,
+            )
+
+    def _replacement(self, index: int, attempt: int) -> int:
+        """Another frame of the same episode first, then of other episodes (deterministic)."""
+        if attempt <= 4 and self._frames is None:
+            episode, frame = self.locate(index)
+            n = self.episodes[episode].total_frames
+            start = index - frame
+            return start + (frame + attempt * max(1, n // 5) + 1) % n
+        rng = np.random.default_rng([index, attempt])
+        return int(rng.integers(len(self)))
+
+    def __getitem__(self, index: int) -> Sample:
+        faults: list[DataFault] = []
+        current = index
+        for attempt in range(1, _MAX_REPLACEMENTS + 1):
+            try:
+                sample = self._build(current)
+            except SampleFault as exc:
+                if exc.fault.reason != "episode dropped":
+                    faults.append(exc.fault)
+                self._note_fault(exc.fault, self.locate(current)[0])
+                current = self._replacement(index, attempt)
+                continue
+            sample["faults"] = [f.to_dict() for f in faults]
+            return sample
+        raise RuntimeError(
+            f"no valid sample found in {_MAX_REPLACEMENTS} tries starting at {index}; faults: "
+            + "; ".join(str(SampleFault(f)) for f in faults[:5])
+        )
 
 
 def collate_samples(samples: list[Sample]) -> dict[str, Any]:
-    """Stack samples of one embodiment into a batch of the contract in DESIGN.md."""
+    """Stack samples of one embodiment into a batch of the contract in DESIGN.md.
+
+    `data_faults` gathers the faults that samples were replaced for.
+    """
     if not samples:
         raise ValueError("cannot collate an empty list of samples")
     embodiments = {s["embodiment"] for s in samples}
@@ -157,7 +294,7 @@ def collate_samples(samples: list[Sample]) -> dict[str, Any]:
         raise ValueError(f"a batch holds one embodiment, got {sorted(embodiments)}")
     batch: dict[str, Any] = {"embodiment": samples[0]["embodiment"]}
     for key, value in samples[0].items():
-        if key == "embodiment":
+        if key in ("embodiment", "faults"):
             continue
         if isinstance(value, torch.Tensor):
             batch[key] = torch.stack([s[key] for s in samples])
@@ -165,11 +302,23 @@ def collate_samples(samples: list[Sample]) -> dict[str, Any]:
             batch[key] = torch.tensor([s[key] for s in samples], dtype=torch.long)
         else:
             batch[key] = [s[key] for s in samples]
+    batch["data_faults"] = [f for s in samples for f in s.get("faults", ())]
     return batch
 
 
-def subsample_frames(episodes: Sequence[EpisodeInfo], per_episode: int) -> list[tuple[int, int]]:
-    """`per_episode` evenly spaced (episode, frame) pairs from each episode."""
+def subsample_frames(
+    episodes: Sequence[EpisodeInfo], per_episode: int | str
+) -> list[tuple[int, int]]:
+    """Evenly spaced (episode, frame) pairs from each episode.
+
+    `per_episode="auto"` aims at about 1024 frames in all, at least one per episode.
+    """
+    if per_episode == "auto":
+        per_episode = max(1, math.ceil(1024 / max(len(episodes), 1)))
+    elif not isinstance(per_episode, int) or per_episode < 1:
+        raise ValueError(
+            f"frames per episode must be a positive integer or 'auto', got {per_episode!r}"
+        )
     out: list[tuple[int, int]] = []
     for i, ep in enumerate(episodes):
         count = min(per_episode, ep.total_frames)

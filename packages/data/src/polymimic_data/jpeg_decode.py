@@ -28,4 +28,4 @@ def decode_jpeg(data: bytes, size: tuple[int, int] | None = None) -> torch.Tenso
             tensor[None].float(), size=size, mode="bilinear", antialias=True, align_corners=False
         )
         tensor = resized[0].round().clamp_(0, 255).to(torch.uint8)
-    return tensor.contiguous()
+    return tensor  # a (3, H, W) view of HWC memory: collation's stack makes the one copy

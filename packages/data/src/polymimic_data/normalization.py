@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from polymimic_data.atomic_files import write_json_atomic
+from polymimic_data.data_faults import SampleFault
 from polymimic_data.dataset import EpisodeDataset
 from polymimic_data.layouts import Layout
 
@@ -74,11 +75,19 @@ def compute_norm_stats(dataset: EpisodeDataset, *, num_samples: int, seed: int) 
     rng = np.random.default_rng(seed)
     count = min(num_samples, len(dataset))
     indices = rng.choice(len(dataset), size=count, replace=False)
-    states, actions = [], []
+    states, actions, skipped = [], [], 0
     for i in np.sort(indices):
-        state, chunk, mask = dataset.numeric_sample(int(i))
+        try:
+            state, chunk, mask = dataset.numeric_sample(int(i))
+        except SampleFault:
+            skipped += 1
+            continue
         states.append(state)
         actions.append(chunk[mask])
+    if skipped:
+        log.warning("normalisation statistics skipped %d bad samples of %d", skipped, count)
+    if not states:
+        raise ValueError(f"no valid sample among {count} drawn for statistics")
     return NormStats(
         VectorStats.of(np.concatenate(states).astype(np.float64)),
         VectorStats.of(np.concatenate(actions).astype(np.float64)),
