@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from polymimic_data import EpisodeIndex, resolve_episodes
-from polymimic_data.episode_index import EpisodeValidationError
+from polymimic_data import EpisodeIndex, resolve_episodes, write_episode
+from polymimic_data import episode_index
+from polymimic_data.episode_index import EpisodeValidationError, job_cache_dir
 
 
 def test_resolve_finds_each_embodiment(eva_root: Path, aria_root: Path) -> None:
@@ -60,3 +61,77 @@ def test_index_locates_every_sample_like_a_flat_list(counts: list[int]) -> None:
         assert index.locate(int(i)) == flat[int(i)]
     with pytest.raises(IndexError):
         index.locate(len(flat))
+
+
+def _tagged_root(tmp_path: Path) -> Path:
+    """Four tiny episodes with operator and task attributes."""
+    root = tmp_path / "tagged"
+    for i, (operator, task) in enumerate(
+        [("ann", "fold"), ("bob", "fold"), ("cy", "pour"), ("ann", "pour")]
+    ):
+        write_episode(
+            root / f"ep{i}.zarr",
+            embodiment="aria_bimanual",
+            fps=30,
+            arrays={
+                k: np.tile([0, 0, 0.5, 1, 0, 0, 0], (3, 1)).astype(np.float32)
+                for k in (
+                    "left.obs_ee_pose",
+                    "right.obs_ee_pose",
+                    "left.obs_wrist_pose",
+                    "right.obs_wrist_pose",
+                    "obs_head_pose",
+                )
+            }
+            | {
+                k: np.zeros((3, 63), np.float32)
+                for k in ("left.obs_keypoints", "right.obs_keypoints")
+            },
+            task_name=task,
+            metadata={"operator": operator, "lab": "Lab-A"},
+        )
+    return root
+
+
+def test_filters_take_values_or_lists_of_any_attribute(tmp_path: Path) -> None:
+    root = _tagged_root(tmp_path)
+    hashes = lambda **f: [e.hash for e in resolve_episodes(root, filters=f)]  # noqa: E731
+    assert hashes(operator="ann") == ["ep0", "ep3"]
+    assert hashes(operator=["bob", "cy"], task="fold") == ["ep1"]
+    assert hashes(lab="lab-a", embodiment="ARIA_BIMANUAL") == ["ep0", "ep1", "ep2", "ep3"]
+    with pytest.raises(FileNotFoundError, match="matching"):
+        resolve_episodes(root, filters={"operator": "dan"})
+
+
+def test_explicit_episode_lists_must_be_present_and_unique(tmp_path: Path) -> None:
+    root = _tagged_root(tmp_path)
+    assert [e.hash for e in resolve_episodes(root, episodes=["ep2", "ep0"])] == ["ep0", "ep2"]
+    with pytest.raises(EpisodeValidationError) as info:
+        resolve_episodes(root, episodes=["ep0", "ep9", "ep7"])
+    assert dict(info.value.problems) == {
+        "ep7": "listed but not found under the roots",
+        "ep9": "listed but not found under the roots",
+    }
+    with pytest.raises(EpisodeValidationError, match="more than once"):
+        resolve_episodes(root, episodes=["ep0", "ep0"])
+
+
+def test_the_index_cache_is_used_until_an_episode_changes(tmp_path: Path, monkeypatch) -> None:
+    root = _tagged_root(tmp_path)
+    first = resolve_episodes(root, filters={"task": "pour"}, cache_dir=tmp_path / "cache")
+
+    def no_reads(path):
+        raise AssertionError(f"read {path} although the cache was valid")
+
+    monkeypatch.setattr(episode_index, "_read_group_attrs", no_reads)
+    assert resolve_episodes(root, filters={"task": "pour"}, cache_dir=tmp_path / "cache") == first
+    shutil.rmtree(root / "ep3.zarr")
+    with pytest.raises(AssertionError, match="although"):
+        resolve_episodes(root, filters={"task": "pour"}, cache_dir=tmp_path / "cache")
+
+
+def test_cache_dirs_are_per_slurm_job(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert job_cache_dir(tmp_path) == tmp_path
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    assert job_cache_dir(tmp_path) == tmp_path / "slurm-4242"

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from polymimic_data.atomic_files import write_json_atomic
 from polymimic_data.embodiments import get_embodiment
 from polymimic_data.episode_store import episode_hash, is_incomplete
 
@@ -24,13 +26,23 @@ class EpisodeInfo:
     attrs: dict[str, Any] = field(compare=False, repr=False)
 
 
+_SHOWN_PROBLEMS = 50
+
+
 class EpisodeValidationError(ValueError):
     """Raised with every bad episode and why, so one run shows them all."""
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         self.problems = problems
-        lines = "\n".join(f"  {where}: {why}" for where, why in problems)
-        super().__init__(f"{len(problems)} bad episode(s):\n{lines}")
+        shown = problems[:_SHOWN_PROBLEMS]
+        lines = "\n".join(f"  {where}: {why}" for where, why in shown)
+        more = len(problems) - len(shown)
+        tail = f"\n  ... and {more} more (`polymimic-data validate` lists all)" if more else ""
+        super().__init__(f"{len(problems)} bad episode(s):\n{lines}{tail}")
+
+    def full_report(self) -> str:
+        lines = "\n".join(f"  {where}: {why}" for where, why in self.problems)
+        return f"{len(self.problems)} bad episode(s):\n{lines}"
 
 
 def _read_group_attrs(path: Path) -> dict[str, Any]:
@@ -68,44 +80,133 @@ def _candidate_dirs(root: Path) -> Iterable[Path]:
                     yield from _candidate_dirs(path)
 
 
+_ATTRIBUTE_ALIASES = {"task": "task_name"}
+
+
+def _matches(attrs: Mapping[str, Any], filters: Mapping[str, Any]) -> bool:
+    """Every filter matches: a value or any of a list, strings compared case-insensitively."""
+    for name, wanted in filters.items():
+        value = attrs.get(_ATTRIBUTE_ALIASES.get(name, name))
+        if value is None:
+            return False
+        options = wanted if isinstance(wanted, list | tuple | set | frozenset) else [wanted]
+        if str(value).lower() not in {str(o).lower() for o in options}:
+            return False
+    return True
+
+
+def job_cache_dir(base: str | os.PathLike[str]) -> Path:
+    """`base`, or a per-job folder under it inside a SLURM job, so concurrent jobs never clash."""
+    job = os.environ.get("SLURM_JOB_ID")
+    return Path(base) / f"slurm-{job}" if job else Path(base)
+
+
+def _fingerprint(roots: Sequence[Path]) -> list[tuple[str, int, int]]:
+    """Each candidate episode with the mtimes of its folder and its group metadata."""
+    out = []
+    for root in roots:
+        for path in _candidate_dirs(root):
+            if not is_incomplete(path):
+                out.append(
+                    (str(path), path.stat().st_mtime_ns, (path / "zarr.json").stat().st_mtime_ns)
+                )
+    return out
+
+
+def _cache_path(
+    cache_dir: Path, roots: Sequence[Path], filters: Mapping[str, Any], hashes: Sequence[str] | None
+) -> Path:
+    key = json.dumps(
+        {"roots": [str(r.resolve()) for r in roots], "filters": filters, "episodes": hashes},
+        sort_keys=True,
+        default=str,
+    )
+    return cache_dir / f"episode_index-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
 def resolve_episodes(
     roots: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     embodiment: str | Sequence[str] | None = None,
+    filters: Mapping[str, Any] | None = None,
+    episodes: Sequence[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> list[EpisodeInfo]:
-    """Find, filter and validate every episode under `roots`.
+    """Find, filter and validate the episodes under `roots`.
 
-    Raises EpisodeValidationError listing every bad episode; half-written episodes
-    (left by an interrupted atomic write) are never picked up.
+    `filters` maps attribute names (`embodiment`, `task`, `operator`, `lab`, any other) to
+    a value or a list of values; `episodes` lists exact hashes instead, all of which must be
+    present. Raises EpisodeValidationError listing every bad episode and why. Half-written
+    episodes (left by an interrupted atomic write) are never picked up. With `cache_dir`,
+    the result is cached, keyed by roots, filters and the episodes' modification times.
     """
-    if isinstance(roots, str | os.PathLike):
-        roots = [roots]
-    wanted = (
-        None
-        if embodiment is None
-        else {e.lower() for e in ([embodiment] if isinstance(embodiment, str) else embodiment)}
-    )
+    root_list = [Path(r) for r in ([roots] if isinstance(roots, str | os.PathLike) else roots)]
+    for root in root_list:
+        if not root.is_dir():
+            raise FileNotFoundError(f"data root {root} does not exist or is not a folder")
+    filters = dict(filters or {})
+    if embodiment is not None:
+        filters["embodiment"] = embodiment
+    if episodes is not None:
+        duplicated = sorted({h for h in episodes if list(episodes).count(h) > 1})
+        if duplicated:
+            raise EpisodeValidationError([(h, "listed more than once") for h in duplicated])
+
+    cache = _cache_path(Path(cache_dir), root_list, filters, episodes) if cache_dir else None
+    fingerprint = _fingerprint(root_list) if cache else None
+    if cache is not None and cache.exists():
+        cached = json.loads(cache.read_text())
+        if [tuple(f) for f in cached["fingerprint"]] == fingerprint:
+            return [
+                EpisodeInfo(
+                    Path(e["path"]), e["hash"], e["embodiment"], e["total_frames"], e["attrs"]
+                )
+                for e in cached["episodes"]
+            ]
+    found = _resolve(root_list, filters, episodes)
+    if cache is not None:
+        write_json_atomic(
+            cache,
+            {
+                "fingerprint": fingerprint,
+                "episodes": [
+                    {
+                        "path": str(e.path),
+                        "hash": e.hash,
+                        "embodiment": e.embodiment,
+                        "total_frames": e.total_frames,
+                        "attrs": e.attrs,
+                    }
+                    for e in found
+                ],
+            },
+        )
+    return found
+
+
+def _resolve(
+    roots: Sequence[Path], filters: Mapping[str, Any], hashes: Sequence[str] | None
+) -> list[EpisodeInfo]:
+    wanted = set(hashes) if hashes is not None else None
     episodes: list[EpisodeInfo] = []
     problems: list[tuple[str, str]] = []
     seen: dict[str, Path] = {}
-    for root in map(Path, roots):
-        if not root.is_dir():
-            raise FileNotFoundError(f"data root {root} does not exist or is not a folder")
+    for root in roots:
         for path in _candidate_dirs(root):
-            if is_incomplete(path):
+            h = episode_hash(path)
+            if is_incomplete(path) or (wanted is not None and h not in wanted):
                 continue
             try:
                 attrs = _read_group_attrs(path)
             except (OSError, ValueError) as exc:
                 problems.append((str(path), f"cannot read group metadata ({exc})"))
                 continue
-            if wanted is not None and str(attrs.get("embodiment", "")).lower() not in wanted:
+            if not _matches(attrs, filters):
                 continue
             why = _check_episode(path, attrs)
             if why:
                 problems.append((str(path), why))
                 continue
-            h = episode_hash(path)
             if h in seen:
                 problems.append((str(path), f"duplicate episode hash, also at {seen[h]}"))
                 continue
@@ -113,12 +214,16 @@ def resolve_episodes(
             episodes.append(
                 EpisodeInfo(path, h, str(attrs["embodiment"]).lower(), attrs["total_frames"], attrs)
             )
+    if wanted is not None:
+        problems += [
+            (h, "listed but not found under the roots") for h in sorted(wanted - set(seen))
+        ]
     if problems:
         raise EpisodeValidationError(problems)
     if not episodes:
         raise FileNotFoundError(
             f"no episodes found under {[str(r) for r in roots]}"
-            + (f" for embodiment {sorted(wanted)}" if wanted else "")
+            + (f" matching {filters}" if filters else "")
         )
     return episodes
 

@@ -7,6 +7,7 @@ targets are) and the state (where the arm is). A policy that learns beats the me
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -157,11 +158,17 @@ def generate_episode(
     )
 
 
-def episode_name(embodiment: Embodiment, index: int, seed: int) -> str:
-    """EgoVerse-style hashes: timestamps for robot episodes, 24-hex ids for human ones."""
+def episode_name(embodiment: Embodiment, index: int, settings: dict) -> str:
+    """EgoVerse-style hashes, distinct across generator settings: timestamps for robot
+    episodes, 24-hex ids for human ones."""
+    digest = int(hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12], 16)
     if embodiment.family == "robot":
-        return f"2026-01-01-00-00-{seed % 60:02d}-{index:06d}"
-    return np.random.default_rng([seed, index]).bytes(12).hex()
+        rng = np.random.default_rng(digest)
+        month, day, hour, minute, second = (
+            int(rng.integers(lo, hi)) for lo, hi in ((1, 13), (1, 29), (0, 24), (0, 60), (0, 60))
+        )
+        return f"2026-{month:02d}-{day:02d}-{hour:02d}-{minute:02d}-{second:02d}-{index:06d}"
+    return np.random.default_rng([digest, index]).bytes(12).hex()
 
 
 def ensure_synthetic_episodes(
@@ -197,10 +204,10 @@ def ensure_synthetic_episodes(
     todo = [
         i
         for i in range(episodes)
-        if not (folder / f"{episode_name(spec, i, seed)}{EPISODE_SUFFIX}").exists()
+        if not (folder / f"{episode_name(spec, i, settings)}{EPISODE_SUFFIX}").exists()
     ]
     for i in tqdm(todo, desc=f"generating {spec.name} episodes", disable=not progress):
-        path = folder / f"{episode_name(spec, i, seed)}{EPISODE_SUFFIX}"
+        path = folder / f"{episode_name(spec, i, settings)}{EPISODE_SUFFIX}"
         try:
             generate_episode(
                 path, spec, frames=frames, height=height, width=width, seed=seed * 100_003 + i

@@ -1,0 +1,150 @@
+"""`polymimic-data`: look at and check episode folders.
+
+polymimic-data inspect ROOT [ROOT ...]
+polymimic-data validate ROOT [ROOT ...] [--embodiment NAME] [--filter KEY=V1,V2 ...]
+                                        [--episodes H1,H2] [--deep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from polymimic_data.data_faults import frame_faults
+from polymimic_data.embodiments import get_embodiment
+from polymimic_data.episode_index import (
+    EpisodeValidationError,
+    _candidate_dirs,
+    _read_group_attrs,
+    resolve_episodes,
+)
+from polymimic_data.episode_store import EpisodeReader, episode_hash, is_incomplete
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def inspect(roots: Sequence[str]) -> int:
+    rows, totals = [], defaultdict(lambda: [0, 0, 0.0])
+    for root in roots:
+        for path in _candidate_dirs(Path(root)):
+            if is_incomplete(path):
+                continue
+            try:
+                attrs = _read_group_attrs(path)
+            except (OSError, ValueError) as exc:
+                rows.append([episode_hash(path), "?", "?", "?", "?", "?", f"unreadable: {exc}"])
+                continue
+            keys = sorted(p.name for p in path.iterdir() if (p / "zarr.json").exists())
+            cameras = [k.removeprefix("images.") for k in keys if k.startswith("images.")]
+            numeric = [k for k in keys if not k.startswith("images.") and k != "annotations"]
+            frames, fps = attrs.get("total_frames", "?"), attrs.get("fps", "?")
+            embodiment = str(attrs.get("embodiment", "?")).lower()
+            rows.append(
+                [
+                    episode_hash(path),
+                    embodiment,
+                    str(frames),
+                    str(fps),
+                    ",".join(cameras),
+                    str(len(numeric)),
+                    str(attrs.get("task_name", "")),
+                ]
+            )
+            if isinstance(frames, int) and isinstance(fps, int | float) and fps > 0:
+                totals[embodiment][0] += 1
+                totals[embodiment][1] += frames
+                totals[embodiment][2] += frames / fps
+    if not rows:
+        print(f"no episodes under {list(roots)}", file=sys.stderr)
+        return 1
+    print(_table(rows, ["episode", "embodiment", "frames", "fps", "cameras", "keys", "task"]))
+    print()
+    summary = [[e, str(n), str(f), f"{s / 3600:.2f}"] for e, (n, f, s) in sorted(totals.items())]
+    print(_table(summary, ["embodiment", "episodes", "frames", "hours"]))
+    return 0
+
+
+def _deep_problems(info: Any) -> list[str]:
+    spec = get_embodiment(info.embodiment)
+    reader = EpisodeReader(info.path)
+    problems = []
+    for key in spec.numeric_keys:
+        values = reader.read_numeric(key)
+        if len(values) < info.total_frames:
+            problems.append(f"{key}: {len(values)} frames, total_frames is {info.total_frames}")
+            continue
+        bad, reasons = frame_faults(key, values, slice(3, 7) if key.endswith("_pose") else None)
+        if bad.any():
+            first = int(bad.argmax())
+            problems.append(f"{key}: {int(bad.sum())} bad frames (first {first}: {reasons[first]})")
+    return problems
+
+
+def validate(
+    roots: Sequence[str], filters: dict[str, Any], episodes: list[str] | None, deep: bool
+) -> int:
+    try:
+        found = resolve_episodes(roots, filters=filters, episodes=episodes)
+    except EpisodeValidationError as exc:
+        print(exc.full_report(), file=sys.stderr)
+        return 1
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    bad = []
+    if deep:
+        for info in found:
+            bad += [(str(info.path), why) for why in _deep_problems(info)]
+    if bad:
+        print(EpisodeValidationError(bad).full_report(), file=sys.stderr)
+        return 1
+    frames = sum(e.total_frames for e in found)
+    print(f"ok: {len(found)} episodes, {frames} frames" + (" (values checked)" if deep else ""))
+    return 0
+
+
+def _parse_filters(items: Sequence[str], embodiment: str | None) -> dict[str, Any]:
+    filters: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--filter takes KEY=VALUE or KEY=V1,V2, got {item!r}")
+        values = value.split(",")
+        filters[key] = values if len(values) > 1 else values[0]
+    if embodiment:
+        filters["embodiment"] = embodiment
+    return filters
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="polymimic-data", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_inspect = sub.add_parser("inspect", help="a table of the episodes under ROOT, and totals")
+    p_inspect.add_argument("roots", nargs="+", metavar="ROOT")
+    p_validate = sub.add_parser(
+        "validate", help="check episodes; non-zero exit lists every bad one"
+    )
+    p_validate.add_argument("roots", nargs="+", metavar="ROOT")
+    p_validate.add_argument("--embodiment")
+    p_validate.add_argument("--filter", action="append", default=[], metavar="KEY=V1,V2")
+    p_validate.add_argument("--episodes", help="comma-separated hashes that must all be present")
+    p_validate.add_argument(
+        "--deep", action="store_true", help="also check every value (NaN, 1e9, quaternions)"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "inspect":
+        return inspect(args.roots)
+    episodes = args.episodes.split(",") if args.episodes else None
+    return validate(args.roots, _parse_filters(args.filter, args.embodiment), episodes, args.deep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
