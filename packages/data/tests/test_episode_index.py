@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from polymimic_data import EpisodeIndex, resolve_episodes, write_episode
-from polymimic_data import episode_index
+from polymimic_data import EpisodeIndex, episode_index, resolve_episodes, write_episode
 from polymimic_data.episode_index import EpisodeValidationError, job_cache_dir
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, default_collate
 
 from polymimic_data.data_faults import DataFault, SampleFault, frame_faults
 from polymimic_data.embodiments import VectorRecipe, get_embodiment
@@ -87,7 +87,11 @@ class _EpisodeCache:
 
 
 def _frames_of(recipe: VectorRecipe, frames: np.ndarray, n: int) -> dict[str, np.ndarray]:
-    return {key: np.clip(frames + offset, 0, n - 1) for key, offset in recipe.entries}
+    by_offset: dict[int, np.ndarray] = {}
+    for offset in {o for _, o in recipe.entries}:
+        shifted = frames + offset
+        by_offset[offset] = np.minimum(np.maximum(shifted, 0), n - 1)
+    return {key: by_offset[offset] for key, offset in recipe.entries}
 
 
 def _assemble(
@@ -134,7 +138,8 @@ class EpisodeDataset(Dataset[Sample]):
     ) -> None:
         if history < 1 or horizon < 1 or action_stride < 1:
             raise ValueError(
-                f"history, horizon and action_stride must be >= 1, got {history}, {horizon}, {action_stride}"
+                "history, horizon and action_stride must be >= 1, got "
+                f"{history}, {horizon}, {action_stride}"
             )
         self.spec = get_embodiment(embodiment)
         self.episodes = list(episodes)
@@ -296,8 +301,13 @@ def collate_samples(samples: list[Sample]) -> dict[str, Any]:
     for key, value in samples[0].items():
         if key in ("embodiment", "faults"):
             continue
-        if isinstance(value, torch.Tensor):
-            batch[key] = torch.stack([s[key] for s in samples])
+        if key.startswith("images."):
+            # Decoded images are (3, H, W) views of HWC memory: stack them as HWC (a plain
+            # copy, into shared memory inside a worker) and hand out the channels-last view.
+            hwc = default_collate([s[key].permute(1, 2, 0) for s in samples])
+            batch[key] = hwc.permute(0, 3, 1, 2)
+        elif isinstance(value, torch.Tensor):
+            batch[key] = default_collate([s[key] for s in samples])
         elif key == "frame":
             batch[key] = torch.tensor([s[key] for s in samples], dtype=torch.long)
         else:

@@ -14,6 +14,7 @@ import numpy as np
 
 from polymimic_data.atomic_files import write_json_atomic
 from polymimic_data.embodiments import get_embodiment
+from polymimic_data.episode_store import _TMP_PREFIX as _INCOMPLETE_PREFIX
 from polymimic_data.episode_store import episode_hash, is_incomplete
 
 
@@ -52,6 +53,15 @@ def _read_group_attrs(path: Path) -> dict[str, Any]:
     return dict(meta.get("attributes", {}))
 
 
+def _info(path: Path, attrs: dict[str, Any]) -> EpisodeInfo:
+    # `features` describes every key at length; the index has no use for it, and it would
+    # be copied into every worker for every episode.
+    kept = {k: v for k, v in attrs.items() if k != "features"}
+    return EpisodeInfo(
+        path, episode_hash(path), str(attrs["embodiment"]).lower(), attrs["total_frames"], kept
+    )
+
+
 def _check_episode(path: Path, attrs: dict[str, Any]) -> str | None:
     """Why the episode cannot be trained on, or None."""
     if "embodiment" not in attrs:
@@ -69,15 +79,21 @@ def _check_episode(path: Path, attrs: dict[str, Any]) -> str | None:
     return None
 
 
+def _candidate_paths(root: str) -> Iterable[str]:
+    """Folders holding a zarr.json under `root`, depth-first, sorted, hidden ones skipped."""
+    with os.scandir(root) as it:
+        entries = sorted(
+            (e for e in it if e.is_dir() and not e.name.startswith(".")), key=lambda e: e.name
+        )
+    for entry in entries:
+        if os.path.exists(os.path.join(entry.path, "zarr.json")):
+            yield entry.path
+        else:
+            yield from _candidate_paths(entry.path)
+
+
 def _candidate_dirs(root: Path) -> Iterable[Path]:
-    with os.scandir(root) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            if entry.is_dir() and not entry.name.startswith("."):
-                path = Path(entry.path)
-                if (path / "zarr.json").exists():
-                    yield path
-                else:
-                    yield from _candidate_dirs(path)
+    return map(Path, _candidate_paths(str(root)))
 
 
 _ATTRIBUTE_ALIASES = {"task": "task_name"}
@@ -101,15 +117,14 @@ def job_cache_dir(base: str | os.PathLike[str]) -> Path:
     return Path(base) / f"slurm-{job}" if job else Path(base)
 
 
-def _fingerprint(roots: Sequence[Path]) -> list[tuple[str, int, int]]:
+def _fingerprint(roots: Sequence[Path]) -> list[list[Any]]:
     """Each candidate episode with the mtimes of its folder and its group metadata."""
     out = []
     for root in roots:
-        for path in _candidate_dirs(root):
-            if not is_incomplete(path):
-                out.append(
-                    (str(path), path.stat().st_mtime_ns, (path / "zarr.json").stat().st_mtime_ns)
-                )
+        for path in _candidate_paths(str(root)):
+            if not os.path.basename(path).startswith(_INCOMPLETE_PREFIX):
+                meta = os.stat(os.path.join(path, "zarr.json")).st_mtime_ns
+                out.append([path, os.stat(path).st_mtime_ns, meta])
     return out
 
 
@@ -156,7 +171,7 @@ def resolve_episodes(
     fingerprint = _fingerprint(root_list) if cache else None
     if cache is not None and cache.exists():
         cached = json.loads(cache.read_text())
-        if [tuple(f) for f in cached["fingerprint"]] == fingerprint:
+        if cached["fingerprint"] == fingerprint:
             return [
                 EpisodeInfo(
                     Path(e["path"]), e["hash"], e["embodiment"], e["total_frames"], e["attrs"]
@@ -211,9 +226,7 @@ def _resolve(
                 problems.append((str(path), f"duplicate episode hash, also at {seen[h]}"))
                 continue
             seen[h] = path
-            episodes.append(
-                EpisodeInfo(path, h, str(attrs["embodiment"]).lower(), attrs["total_frames"], attrs)
-            )
+            episodes.append(_info(path, attrs))
     if wanted is not None:
         problems += [
             (h, "listed but not found under the roots") for h in sorted(wanted - set(seen))

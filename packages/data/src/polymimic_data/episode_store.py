@@ -299,6 +299,8 @@ class EpisodeReader:
             self._jpeg_readers[camera] = reader
         if not 0 <= frame < self.total_frames:
             raise IndexError(f"{self.path}: frame {frame} outside 0..{self.total_frames - 1}")
+        if reader.mode != "zarr":
+            return reader.get(frame)
         with _vlen_bytes_allowed():
             return reader.get(frame)
 

@@ -159,8 +159,10 @@ def generate_episode(
 
 
 def episode_name(embodiment: Embodiment, index: int, settings: dict) -> str:
-    """EgoVerse-style hashes, distinct across generator settings: timestamps for robot
-    episodes, 24-hex ids for human ones."""
+    """EgoVerse-style hashes, distinct across generator settings.
+
+    Timestamps for robot episodes, 24-hex ids for human ones.
+    """
     digest = int(hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12], 16)
     if embodiment.family == "robot":
         rng = np.random.default_rng(digest)

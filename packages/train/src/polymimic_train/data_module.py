@@ -17,11 +17,11 @@ from polymimic_data import (
     Layout,
     Normalizer,
     NormStats,
-    collate_samples,
     load_or_compute_norm_stats,
     resolve_episodes,
     split_episodes,
 )
+from polymimic_data.dataloaders import make_dataloader
 from polymimic_data.dataset import subsample_frames
 from polymimic_data.synthetic import ensure_synthetic_episodes
 
@@ -123,18 +123,13 @@ class EmbodimentDataModule(pl.LightningDataModule):
         }
 
     def _loader(self, dataset: EpisodeDataset, *, shuffle: bool) -> DataLoader:
-        workers = int(self.cfg["num_workers"])
-        return DataLoader(
+        accelerator = self.trainer.accelerator if self.trainer is not None else None
+        return make_dataloader(
             dataset,
             batch_size=int(self.cfg["batch_size"]),
             shuffle=shuffle,
-            drop_last=shuffle,
-            num_workers=workers,
-            collate_fn=collate_samples,
-            persistent_workers=workers > 0,
-            prefetch_factor=4 if workers > 0 else None,
-            pin_memory=self.trainer is not None
-            and self.trainer.accelerator.__class__.__name__ == "CUDAAccelerator",
+            num_workers=int(self.cfg["num_workers"]),
+            pin_memory=type(accelerator).__name__ == "CUDAAccelerator",
         )
 
     def train_dataloader(self) -> CombinedLoader:

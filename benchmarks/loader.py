@@ -1,0 +1,217 @@
+"""Loader benchmark: where a sample's time goes, against the JPEG-decode floor.
+
+    python benchmarks/loader.py                 # generated eva episodes, 3 x 480x640 cameras
+    python benchmarks/loader.py --root DIR      # the same figures on any episode root
+
+Prints one JSON line per figure (DESIGN.md). `ms_per_sample` and
+`decode_floor_ms_per_sample` come from the same samples in the same run, as does
+`naive_zarr_ms_per_sample` (JPEGs read through zarr's array API, the common approach).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import simplejpeg
+import torch
+import zarr
+
+from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
+from polymimic_data.dataloaders import make_dataloader
+from polymimic_data.embodiments import get_embodiment
+from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
+
+
+def emit(metric: str, value: float, unit: str, **extra: object) -> None:
+    print(
+        json.dumps(
+            {"benchmark": "loader", "metric": metric, "value": round(value, 4), "unit": unit}
+            | extra
+        ),
+        flush=True,
+    )
+
+
+def per_sample_figures(dataset: EpisodeDataset, samples: int, seed: int, rounds: int = 3) -> None:
+    """Ours and the decode floor over the same samples, interleaved; best of `rounds` each."""
+    rng = np.random.default_rng(seed)
+    indices = rng.choice(len(dataset), size=min(samples, len(dataset)), replace=False).tolist()
+    jpegs = []
+    for i in indices:
+        episode, frame = dataset.locate(i)
+        reader = EpisodeReader(dataset.episodes[episode].path)
+        jpegs.append([reader.read_jpeg(c, frame) for c in dataset.cameras])
+    size = dataset.image_size
+    kwargs = {"fastdct": True, "min_height": size[0], "min_width": size[1]} if size else {}
+    for i in indices[:20]:  # warm: episode caches, as in a running worker
+        dataset[i]
+
+    def ours() -> float:
+        start = time.perf_counter()
+        for i in indices:
+            dataset[i]
+        return (time.perf_counter() - start) / len(indices) * 1e3
+
+    def floor() -> float:
+        start = time.perf_counter()
+        for frame_jpegs in jpegs:
+            for data in frame_jpegs:
+                simplejpeg.decode_jpeg(data, colorspace="RGB", **kwargs)
+        return (time.perf_counter() - start) / len(indices) * 1e3
+
+    times = [(ours(), floor()) for _ in range(rounds)]
+    best_ours, best_floor = min(t[0] for t in times), min(t[1] for t in times)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        arrays = {}
+        start = time.perf_counter()
+        for i in indices[:100]:
+            episode, frame = dataset.locate(i)
+            path = dataset.episodes[episode].path
+            for camera in dataset.cameras:
+                key = (episode, camera)
+                if key not in arrays:
+                    arrays[key] = zarr.open_array(path / f"images.{camera}", mode="r")
+                data = bytes(arrays[key][frame : frame + 1][0])
+                simplejpeg.decode_jpeg(data, colorspace="RGB", **kwargs)
+        naive = (time.perf_counter() - start) / min(100, len(indices)) * 1e3
+
+    emit("ms_per_sample", best_ours, "ms", cameras=len(dataset.cameras), image_size=size)
+    emit("decode_floor_ms_per_sample", best_floor, "ms")
+    emit("ms_per_sample_over_floor", best_ours / best_floor, "ratio", goal="<= 1.25")
+    emit("naive_zarr_ms_per_sample", naive, "ms")
+
+
+def dataloader_figure(dataset: EpisodeDataset, batches: int) -> None:
+    loader = make_dataloader(dataset, batch_size=32, shuffle=True, num_workers=2)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(it)
+    rate = batches * 32 / (time.perf_counter() - start)
+    emit("dataloader_samples_per_s", rate, "samples/s", workers=2, batch_size=32, goal=">= 400")
+
+
+def tiny_episodes(root: Path, count: int) -> Path:
+    """`count` copies of one tiny eva episode (2 frames), made by copying its folder."""
+    template = generate_episode(
+        root / "template" / "0.zarr",
+        get_embodiment("eva_bimanual"),
+        frames=2,
+        height=16,
+        width=16,
+        seed=0,
+    )
+    out = root / f"tiny-{count}"
+    for i in range(count):
+        shutil.copytree(template, out / f"{i:024x}.zarr", copy_function=os.link)
+    return out
+
+
+def resolve_figures(root: Path, cache: Path) -> None:
+    count = sum(1 for _ in root.iterdir())
+    start = time.perf_counter()
+    resolve_episodes(root, cache_dir=cache)
+    cold = time.perf_counter() - start
+    start = time.perf_counter()
+    resolve_episodes(root, cache_dir=cache)
+    cached = time.perf_counter() - start
+    emit("resolve_cold_ms_per_episode", cold / count * 1e3, "ms", episodes=count, goal="<= 1")
+    emit("resolve_cached_s", cached, "s", episodes=count, goal="< 0.5")
+
+
+_RSS_PROBE = """
+import resource, sys, numpy as np
+from polymimic_data import EpisodeDataset, resolve_episodes
+from polymimic_data.dataloaders import make_dataloader
+ds = EpisodeDataset(
+    resolve_episodes(sys.argv[1]), embodiment="eva_bimanual", cameras=("front_1",), horizon=1
+)
+loader = make_dataloader(ds, batch_size=16, shuffle=True, num_workers=1)
+for i, _ in enumerate(loader):
+    if i * 16 >= 4000:
+        break
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+"""
+
+
+def worker_rss_figures(root: Path) -> None:
+    for count in (100, 10_000):
+        subset = root / f"subset-{count}"
+        subset.mkdir()
+        for path in sorted((root / "tiny-10000").iterdir())[:count]:
+            (subset / path.name).symlink_to(path)
+        out = subprocess.run(
+            [sys.executable, "-c", _RSS_PROBE, str(subset)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        emit(
+            f"worker_peak_rss_mb_{count}_episodes", float(out.stdout.strip().splitlines()[-1]), "MB"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--root", type=Path, help="measure on these episodes instead of generated ones"
+    )
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--skip-resolve", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="polymimic-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        if args.root is None:
+            root = ensure_synthetic_episodes(
+                tmp, "eva_bimanual", episodes=20, frames=100, height=480, width=640
+            )
+        else:
+            root = args.root
+        episodes = resolve_episodes(root)
+        embodiment = episodes[0].embodiment
+        episodes = [e for e in episodes if e.embodiment == embodiment]
+        cameras = tuple(
+            c
+            for c in get_embodiment(embodiment).cameras
+            if (episodes[0].path / f"images.{c}").exists()
+        )
+        dataset = EpisodeDataset(
+            episodes, embodiment=embodiment, cameras=cameras, history=2, horizon=16
+        )
+        per_sample_figures(dataset, args.samples, seed=0)
+        dataloader_figure(dataset, args.batches)
+        if not args.skip_resolve:
+            tiny = tiny_episodes(tmp, 10_000)
+            resolve_figures(tiny, tmp / "cache")
+            worker_rss_figures(tmp)
+    print(
+        json.dumps(
+            {
+                "benchmark": "loader",
+                "metric": "bench_peak_rss_mb",
+                "value": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "unit": "MB",
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
