@@ -167,7 +167,7 @@ def worker_rss_figures(root: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--root", type=Path, help="measure on these episodes instead of generated ones"
     )

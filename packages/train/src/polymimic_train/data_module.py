@@ -23,6 +23,7 @@ from polymimic_data import (
 )
 from polymimic_data.dataloaders import make_dataloader
 from polymimic_data.dataset import subsample_frames
+from polymimic_data.episode_index import job_cache_dir
 from polymimic_data.synthetic import ensure_synthetic_episodes
 
 log = logging.getLogger(__name__)
@@ -62,26 +63,50 @@ class EmbodimentDataModule(pl.LightningDataModule):
             "image_size": tuple(self.cfg["image_size"]),
             "history": int(self.cfg["history"]),
             "horizon": int(self.cfg["horizon"]),
+            "action_stride": int(self.cfg.get("action_stride", 1)),
+            "max_bad_fraction_per_episode": float(
+                self.cfg.get("faults", {}).get("max_bad_fraction_per_episode", 0.2)
+            ),
         }
         return EpisodeDataset(episodes, **(kwargs | overrides))
+
+    def _split(self, name: str) -> tuple[list[EpisodeInfo], list[EpisodeInfo]]:
+        """Train and validation episodes: named splits by filters, else by val_fraction."""
+        spec = self.cfg["datasets"][name]
+        filters = {**(self.cfg.get("filters") or {}), **(spec.get("filters") or {})}
+        filters["embodiment"] = spec["embodiment"]
+        roots = self._roots(spec["embodiment"])
+        index_cache = job_cache_dir(self.cache_dir / "episode_index")
+
+        def resolve(extra: dict[str, Any]) -> list[EpisodeInfo]:
+            return resolve_episodes(roots, filters=filters | extra, cache_dir=index_cache)
+
+        splits = self.cfg.get("splits")
+        if splits:
+            train, val = resolve(dict(splits["train"])), resolve(dict(splits["val"]))
+            shared = {e.hash for e in train} & {e.hash for e in val}
+            if shared:
+                raise ValueError(
+                    f"data.splits: {len(shared)} episodes are in both train and val, "
+                    f"e.g. {sorted(shared)[:3]}; make the split filters disjoint"
+                )
+            return train, val
+        return split_episodes(
+            resolve({}),
+            val_fraction=float(self.cfg["val_fraction"]),
+            seed=int(self.cfg["split_seed"]),
+        )
 
     def prepare(self) -> None:
         """Generate (if synthetic), resolve, split and compute statistics. Idempotent."""
         if self.normalizer is not None:
             return
         stats, layouts = {}, {}
-        for name, spec in self.cfg["datasets"].items():
-            episodes = resolve_episodes(
-                self._roots(spec["embodiment"]), embodiment=spec["embodiment"]
-            )
-            train, val = split_episodes(
-                episodes,
-                val_fraction=float(self.cfg["val_fraction"]),
-                seed=int(self.cfg["split_seed"]),
-            )
+        for name in self.cfg["datasets"]:
+            train, val = self._split(name)
             self.train_sets[name] = self._dataset(name, train)
             self.val_episodes[name] = val
-            frames = subsample_frames(val, int(self.cfg["val_frames_per_episode"]))
+            frames = subsample_frames(val, self.cfg["val_frames_per_episode"])
             self.val_sets[name] = self._dataset(name, val, frames=frames)
             norm = self.cfg["norm"]
             stats[name], path = load_or_compute_norm_stats(

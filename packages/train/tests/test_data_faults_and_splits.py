@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from polymimic_data.data_faults import BadDataError
+from polymimic_data.synthetic import ensure_synthetic_episodes
+from polymimic_train.data_fault_monitor import DataFaultMonitor
+from polymimic_train.data_module import EmbodimentDataModule
+
+
+def _batch(faults: int, size: int = 10) -> dict:
+    fault = {"episode": "e1", "key": "left.gripper", "frame": 3, "reason": "NaN or inf"}
+    return {
+        "embodiment": "eva_bimanual",
+        "state": torch.zeros(size, 1, 16),
+        "data_faults": [fault] * faults,
+    }
+
+
+def test_monitor_counts_faults_across_embodiments_and_stops_past_the_limit() -> None:
+    monitor = DataFaultMonitor(max_bad_fraction=0.1)
+    monitor.on_train_batch_end(None, None, None, {"eva": _batch(1), "aria": _batch(0)}, 0)  # type: ignore[arg-type]
+    assert monitor.ledger.samples == 20 and len(monitor.ledger.faults) == 1
+    with pytest.raises(BadDataError, match=r"e1  left\.gripper  NaN or inf"):
+        monitor.on_train_batch_end(None, None, None, {"eva": _batch(5)}, 1)  # type: ignore[arg-type]
+
+
+def _cfg(**overrides) -> dict:
+    return {
+        "synthetic": None,
+        "roots": [],
+        "image_size": [32, 40],
+        "history": 1,
+        "horizon": 4,
+        "action_stride": 2,
+        "batch_size": 4,
+        "num_workers": 0,
+        "filters": {},
+        "splits": None,
+        "val_fraction": 0.25,
+        "val_frames_per_episode": "auto",
+        "split_seed": 0,
+        "faults": {"max_bad_fraction": 0.01, "max_bad_fraction_per_episode": 0.2},
+        "norm": {"mode": "zscore", "num_samples": 40},
+        "datasets": {"eva_bimanual": {"embodiment": "eva_bimanual", "cameras": ["front_1"]}},
+    } | overrides
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return ensure_synthetic_episodes(
+        tmp_path_factory.mktemp("d"),
+        "eva_bimanual",
+        episodes=8,
+        frames=12,
+        height=32,
+        width=40,
+        progress=False,
+    )
+
+
+def test_named_splits_come_from_filters_and_must_be_disjoint(root: Path, tmp_path: Path) -> None:
+    hashes = sorted(p.name.removesuffix(".zarr") for p in root.glob("*.zarr"))
+    splits = {"train": {}, "val": {}}
+    dm = EmbodimentDataModule(
+        _cfg(roots=[str(root)], splits=splits), data_root=str(tmp_path), cache_dir=str(tmp_path)
+    )
+    with pytest.raises(ValueError, match="both train and val"):
+        dm.prepare()
+    # Named splits by any attribute: here by the task name, one split per value.
+    splits = {"train": {"task": "synthetic_reach"}, "val": {"task": "nothing"}}
+    dm = EmbodimentDataModule(
+        _cfg(roots=[str(root)], splits=splits), data_root=str(tmp_path), cache_dir=str(tmp_path)
+    )
+    with pytest.raises(FileNotFoundError, match="nothing"):
+        dm.prepare()
+    dm = EmbodimentDataModule(
+        _cfg(roots=[str(root)]), data_root=str(tmp_path), cache_dir=str(tmp_path)
+    )
+    dm.prepare()
+    train = {e.hash for e in dm.train_sets["eva_bimanual"].episodes}
+    val = {e.hash for e in dm.val_episodes["eva_bimanual"]}
+    assert train | val == set(hashes) and not train & val and len(val) == 2
+    assert dm.train_sets["eva_bimanual"].action_stride == 2
+    assert len(dm.val_sets["eva_bimanual"]) == 2 * 12  # auto: every frame of so few episodes
