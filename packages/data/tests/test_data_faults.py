@@ -45,7 +45,7 @@ def _dataset(root: Path, embodiment: str = "eva_bimanual", **kwargs) -> EpisodeD
     [
         ("eva_bimanual", "left.gripper", np.nan, "NaN or inf"),
         ("eva_bimanual", "right.cmd_ee_pose", np.inf, "NaN or inf"),
-        ("aria_bimanual", "left.obs_ee_pose", 1e9, "not-detected sentinel (1e9)"),
+        ("aria_bimanual", "left.obs_keypoints", 1e9, "not-detected sentinel (1e9)"),
         (
             "eva_bimanual",
             "left.obs_ee_pose",
@@ -54,7 +54,7 @@ def _dataset(root: Path, embodiment: str = "eva_bimanual", **kwargs) -> EpisodeD
         ),
         (
             "aria_bimanual",
-            "right.obs_ee_pose",
+            "right.obs_wrist_pose",
             np.array([[0.1, 0.2, 0.5, 2.0, 0, 0, 0]]),
             "zero or non-unit quaternion",
         ),

@@ -64,7 +64,7 @@ def test_collate_stacks_and_refuses_mixed_embodiments(eva: EpisodeDataset, aria_
     assert batch["episode"][0] != batch["episode"][1]
     assert batch["frame"].tolist() == [0, 6]
     aria = EpisodeDataset(resolve_episodes(aria_root), embodiment="aria_bimanual", horizon=8)
-    assert aria[0]["state"].shape == (1, 14)
+    assert aria[0]["state"].shape == (1, 144)  # human data defaults to hand keypoints
     with pytest.raises(ValueError, match="one embodiment"):
         collate_samples([eva[0], aria[0]])
 

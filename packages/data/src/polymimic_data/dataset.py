@@ -20,11 +20,13 @@ import torch
 from torch.utils.data import Dataset, default_collate
 
 from polymimic_data.data_faults import DataFault, SampleFault, frame_faults
-from polymimic_data.embodiments import VectorRecipe, get_embodiment
+from polymimic_data.embodiments import LayoutRecipe, VectorRecipe, get_embodiment
 from polymimic_data.episode_index import EpisodeIndex, EpisodeInfo
 from polymimic_data.episode_store import EpisodeReader
+from polymimic_data.frames import express_in, points_in_frame
 from polymimic_data.jpeg_decode import decode_jpeg
 from polymimic_data.layouts import Layout
+from polymimic_data.rotations import convert
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +97,34 @@ def _frames_of(recipe: VectorRecipe, frames: np.ndarray, n: int) -> dict[str, np
 
 
 def _assemble(
-    recipe: VectorRecipe, arrays: dict[str, np.ndarray], frames: np.ndarray
+    recipe: LayoutRecipe,
+    vector: VectorRecipe,
+    arrays: dict[str, np.ndarray],
+    frames: np.ndarray,
+    reference: np.ndarray | None,
 ) -> np.ndarray:
-    """(len(frames), D): each recipe key read at frames + its offset, clamped to the episode."""
+    """(len(frames), D) per the recipe (see LayoutRecipe).
+
+    Keys are read at frames + offsets, clamped to the episode; poses go into `reference`'s
+    frame and `recipe.rotation`.
+    """
     n = len(next(iter(arrays.values())))
-    idx = _frames_of(recipe, frames, n)
-    return np.concatenate(
-        [arrays[k][idx[k]].reshape(len(frames), -1) for k, _ in recipe.entries], axis=1
-    )
+    idx = _frames_of(vector, frames, n)
+    parts: list[np.ndarray] = []
+    wrist: np.ndarray | None = None
+    for key, _ in vector.entries:
+        values = arrays[key][idx[key]].reshape(len(frames), -1)
+        if key.endswith("_pose") and (reference is not None or recipe.rotation != "quaternion"):
+            wrist = values
+            pose = express_in(reference, values) if reference is not None else values
+            parts += [pose[:, :3], convert(pose[:, 3:7], "quaternion", recipe.rotation)]
+        elif key.endswith("_keypoints") and wrist is not None:
+            points = points_in_frame(wrist, values.reshape(len(frames), -1, 3))
+            parts.append(points.reshape(len(frames), -1))
+        else:
+            wrist = values if key.endswith("_pose") else wrist
+            parts.append(values)
+    return np.concatenate(parts, axis=1).astype(np.float32)
 
 
 def prompt_at(annotations: list[dict[str, Any]], frame: int) -> str:
@@ -161,7 +183,11 @@ class EpisodeDataset(Dataset[Sample]):
         self.max_bad_fraction_per_episode = max_bad_fraction_per_episode
         self._index = EpisodeIndex([e.total_frames for e in self.episodes])
         self._frames = list(frames) if frames is not None else None
-        keys = sorted(set(self.recipe.state.keys) | set(self.recipe.actions.keys))
+        keys = sorted(
+            set(self.recipe.state.keys)
+            | set(self.recipe.actions.keys)
+            | ({self.recipe.frame} if self.recipe.frame else set())
+        )
         pose_keys = frozenset(k for k in keys if k.endswith("_pose"))
         self._cache = _EpisodeCache(self.episodes, keys, pose_keys, cache_episodes)
         self._last_offset = max(off for _, off in self.recipe.actions.entries)
@@ -187,6 +213,11 @@ class EpisodeDataset(Dataset[Sample]):
             return
         n = self.episodes[episode].total_frames
         history, steps = self._windows(frame)
+        if self.recipe.frame in loaded.bad and loaded.bad[self.recipe.frame][0][frame]:
+            reason = loaded.bad[self.recipe.frame][1][frame]
+            raise SampleFault(
+                DataFault(self.episodes[episode].hash, self.recipe.frame, frame, reason)
+            )
         for recipe, frames in ((self.recipe.state, history), (self.recipe.actions, steps)):
             for key, idx in _frames_of(recipe, frames, n).items():
                 if key in loaded.bad:
@@ -209,8 +240,9 @@ class EpisodeDataset(Dataset[Sample]):
         self._check_numeric(episode, frame, loaded)
         n = self.episodes[episode].total_frames
         history, steps = self._windows(frame)
-        state = _assemble(self.recipe.state, loaded.arrays, history)
-        actions = _assemble(self.recipe.actions, loaded.arrays, steps)
+        reference = loaded.arrays[self.recipe.frame][frame] if self.recipe.frame else None
+        state = _assemble(self.recipe, self.recipe.state, loaded.arrays, history, reference)
+        actions = _assemble(self.recipe, self.recipe.actions, loaded.arrays, steps, reference)
         mask = steps + self._last_offset <= n - 1
         mask[0] = True  # the first step always exists: at the very end it repeats the last
         return state, actions, mask
@@ -223,8 +255,8 @@ class EpisodeDataset(Dataset[Sample]):
         loaded = self._cache.get(episode)
         sample: Sample = {
             "embodiment": self.spec.name,
-            "state": torch.from_numpy(state.astype(np.float32, copy=False)),
-            "actions": torch.from_numpy(actions.astype(np.float32, copy=False)),
+            "state": torch.from_numpy(state),
+            "actions": torch.from_numpy(actions),
             "action_mask": torch.from_numpy(mask),
             "prompt": prompt_at(loaded.annotations, frame),
             "episode": self.episodes[episode].hash,

@@ -29,9 +29,20 @@ class VectorRecipe:
 
 @dataclass(frozen=True)
 class LayoutRecipe:
+    """How a layout's state and actions are made from store keys.
+
+    Entries are read in order, then: a `*_pose` entry (xyz + quaternion) becomes xyz and the
+    rotation in `rotation`, expressed in the `frame` (the pose under key `frame` at the
+    sample's own frame, e.g. the head at the chunk's first step); a `*_keypoints` entry is
+    expressed in the frame of the pose entry just before it, at the same step (per-step wrist
+    framing); any other entry passes through.
+    """
+
     layout: str
     state: VectorRecipe
     actions: VectorRecipe
+    rotation: str = "quaternion"
+    frame: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,7 +129,10 @@ def register_embodiment(embodiment: Embodiment) -> Embodiment:
     if key in _REGISTRY:
         raise ValueError(f"embodiment {embodiment.name!r} is already registered")
     for recipe in embodiment.recipes:
-        missing = set(recipe.state.keys + recipe.actions.keys) - set(embodiment.numeric_keys)
+        frame = (recipe.frame,) if recipe.frame else ()
+        missing = set(recipe.state.keys + recipe.actions.keys + frame) - set(
+            embodiment.numeric_keys
+        )
         if missing:
             raise ValueError(
                 f"embodiment {embodiment.name!r}, layout {recipe.layout!r}: keys {sorted(missing)} "
@@ -143,29 +157,22 @@ def registered_embodiments() -> list[str]:
 # The synthetic generator renders at this size; real episodes carry their own intrinsics.
 _FRONT_INTRINSICS = CameraIntrinsics(fx=160.0, fy=160.0, cx=80.0, cy=64.0, width=160, height=128)
 
+_SUFFIX = {"quaternion": "quat", "euler": "ypr", "rot6d": "rot6d"}  # layout name suffixes
+
 _EVA_KEYS = tuple(
     f"{side}.{k}"
     for side in ("left", "right")
     for k in ("obs_ee_pose", "cmd_ee_pose", "obs_joints", "cmd_joints", "gripper")
 )
-_EVA_CARTESIAN = LayoutRecipe(
-    layout="eva_cartesian_quat",
-    state=VectorRecipe(
-        (
-            ("left.obs_ee_pose", 0),
-            ("left.gripper", 0),
-            ("right.obs_ee_pose", 0),
-            ("right.gripper", 0),
-        )
-    ),
-    actions=VectorRecipe(
-        (
-            ("left.cmd_ee_pose", 0),
-            ("left.gripper", 1),
-            ("right.cmd_ee_pose", 0),
-            ("right.gripper", 1),
-        )
-    ),
+_EVA_STATE = VectorRecipe(
+    (("left.obs_ee_pose", 0), ("left.gripper", 0), ("right.obs_ee_pose", 0), ("right.gripper", 0))
+)
+_EVA_ACTIONS = VectorRecipe(
+    (("left.cmd_ee_pose", 0), ("left.gripper", 1), ("right.cmd_ee_pose", 0), ("right.gripper", 1))
+)
+_EVA_RECIPES = tuple(
+    LayoutRecipe(f"eva_cartesian_{suffix}", _EVA_STATE, _EVA_ACTIONS, rotation=rotation)
+    for rotation, suffix in _SUFFIX.items()
 )
 
 _HUMAN_KEYS = (
@@ -177,10 +184,28 @@ _HUMAN_KEYS = (
     "right.obs_keypoints",
     "obs_head_pose",
 )
-_HUMAN_CARTESIAN = LayoutRecipe(
-    layout="human_cartesian_quat",
-    state=VectorRecipe((("left.obs_ee_pose", 0), ("right.obs_ee_pose", 0))),
-    actions=VectorRecipe((("left.obs_ee_pose", 1), ("right.obs_ee_pose", 1))),
+_HUMAN_HEAD = "obs_head_pose"  # human poses are expressed in the head frame at the sample's frame
+_HAND_ENTRIES = tuple(
+    f"{s}.{k}" for s in ("left", "right") for k in ("obs_wrist_pose", "obs_keypoints")
+)
+_HUMAN_RECIPES = (
+    LayoutRecipe(
+        "human_keypoints_rot6d",
+        VectorRecipe(tuple((key, 0) for key in _HAND_ENTRIES)),
+        VectorRecipe(tuple((key, 1) for key in _HAND_ENTRIES)),
+        rotation="rot6d",
+        frame=_HUMAN_HEAD,
+    ),
+    *(
+        LayoutRecipe(
+            f"human_cartesian_{suffix}",
+            VectorRecipe((("left.obs_ee_pose", 0), ("right.obs_ee_pose", 0))),
+            VectorRecipe((("left.obs_ee_pose", 1), ("right.obs_ee_pose", 1))),
+            rotation=rotation,
+            frame=_HUMAN_HEAD,
+        )
+        for rotation, suffix in _SUFFIX.items()
+    ),
 )
 
 register_embodiment(
@@ -190,7 +215,7 @@ register_embodiment(
         numeric_keys=_EVA_KEYS,
         cameras=("front_1", "left_wrist", "right_wrist"),
         fps=30.0,
-        recipes=(_EVA_CARTESIAN,),
+        recipes=_EVA_RECIPES,
         default_layout="eva_cartesian_quat",
         intrinsics={"front_1": _FRONT_INTRINSICS},
     )
@@ -203,8 +228,8 @@ for _source in ("aria", "mecka", "scale"):
             numeric_keys=_HUMAN_KEYS,
             cameras=("front_1",),
             fps=30.0,
-            recipes=(_HUMAN_CARTESIAN,),
-            default_layout="human_cartesian_quat",
+            recipes=_HUMAN_RECIPES,
+            default_layout="human_keypoints_rot6d",
             intrinsics={"front_1": _FRONT_INTRINSICS},
         )
     )

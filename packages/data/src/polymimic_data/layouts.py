@@ -101,20 +101,37 @@ def layout_from_widths(name: str, groups: list[tuple[str, str, int]]) -> Layout:
     return Layout(name, tuple(out))
 
 
-def _bimanual(name: str, with_gripper: bool) -> Layout:
+_ROTATIONS = {"quat": ("quaternion", 4), "ypr": ("euler", 3), "rot6d": ("rot6d", 6)}
+
+
+def _bimanual(name: str, rotation: str, with_gripper: bool) -> Layout:
+    kind, width = _ROTATIONS[rotation]
     groups: list[tuple[str, str, int]] = []
     for side in ("left", "right"):
-        groups += [(f"{side}_position", "position", 3), (f"{side}_rotation", "quaternion", 4)]
+        groups += [(f"{side}_position", "position", 3), (f"{side}_rotation", kind, width)]
         if with_gripper:
             groups.append((f"{side}_gripper", "gripper", 1))
+    return layout_from_widths(name, groups)
+
+
+def _hand_keypoints(name: str) -> Layout:
+    """144-D wrist-first: per hand wrist xyz, wrist rot6d, 21 keypoints in the wrist frame."""
+    groups: list[tuple[str, str, int]] = []
+    for side in ("left", "right"):
+        groups += [
+            (f"{side}_wrist_position", "position", 3),
+            (f"{side}_wrist_rotation", "rot6d", 6),
+            (f"{side}_keypoints", "keypoints", 63),
+        ]
     return layout_from_widths(name, groups)
 
 
 _LAYOUTS: dict[str, Layout] = {
     layout.name: layout
     for layout in (
-        _bimanual("eva_cartesian_quat", with_gripper=True),
-        _bimanual("human_cartesian_quat", with_gripper=False),
+        *(_bimanual(f"eva_cartesian_{r}", r, with_gripper=True) for r in _ROTATIONS),
+        *(_bimanual(f"human_cartesian_{r}", r, with_gripper=False) for r in _ROTATIONS),
+        _hand_keypoints("human_keypoints_rot6d"),
     )
 }
 
