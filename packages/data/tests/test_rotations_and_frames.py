@@ -12,7 +12,7 @@ from scipy.spatial.transform import Rotation, Slerp
 from polymimic_data import rotations as rot
 from polymimic_data.dataset import _assemble
 from polymimic_data.embodiments import get_embodiment
-from polymimic_data.frames import express_in, matrix_to_pose, pose_to_matrix, points_in_frame
+from polymimic_data.frames import express_in, matrix_to_pose, points_in_frame, pose_to_matrix
 from polymimic_data.hand_keypoints import hand_keypoints_in_reference
 
 finite = st.floats(-1.0, 1.0, allow_nan=False, width=64)

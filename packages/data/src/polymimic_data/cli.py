@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from polymimic_data.corrections import CORRECTIONS, apply_correction
 from polymimic_data.data_faults import frame_faults
 from polymimic_data.embodiments import get_embodiment
 from polymimic_data.episode_index import (
@@ -111,6 +112,17 @@ def validate(
     return 0
 
 
+def correct(name: str, roots: Sequence[str], *, dry_run: bool) -> int:
+    counts: dict[str, int] = defaultdict(int)
+    for root in roots:
+        for result in apply_correction(root, name, dry_run=dry_run):
+            counts[result.action] += 1
+            if result.action in ("corrected", "would correct"):
+                print(f"{result.action}: {result.episode}")
+    print(", ".join(f"{n} {action}" for action, n in sorted(counts.items())) or "no episodes")
+    return 0
+
+
 def _parse_filters(items: Sequence[str], embodiment: str | None) -> dict[str, Any]:
     filters: dict[str, Any] = {}
     for item in items:
@@ -139,9 +151,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_validate.add_argument(
         "--deep", action="store_true", help="also check every value (NaN, 1e9, quaternions)"
     )
+    p_correct = sub.add_parser("correct", help="fix a known converter bug in episodes on disk")
+    p_correct.add_argument("correction", choices=sorted(CORRECTIONS))
+    p_correct.add_argument("roots", nargs="+", metavar="ROOT")
+    p_correct.add_argument("--dry-run", action="store_true", help="say what would change only")
     args = parser.parse_args(argv)
     if args.command == "inspect":
         return inspect(args.roots)
+    if args.command == "correct":
+        return correct(args.correction, args.roots, dry_run=args.dry_run)
     episodes = args.episodes.split(",") if args.episodes else None
     return validate(args.roots, _parse_filters(args.filter, args.embodiment), episodes, args.deep)
 
