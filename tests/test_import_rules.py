@@ -24,6 +24,7 @@ THIRD_PARTY = {
     "hydra",
     "omegaconf",
     "platformdirs",
+    "torchmetrics",
 }
 ALLOWED: dict[str, set[str]] = {
     "data": {"numpy", "zarr", "torch", "simplejpeg", "tqdm"},
@@ -37,6 +38,7 @@ ALLOWED: dict[str, set[str]] = {
         "hydra",
         "omegaconf",
         "platformdirs",
+        "torchmetrics",
         "polymimic_data",
         "polymimic_policies",
         "polymimic_strategies",

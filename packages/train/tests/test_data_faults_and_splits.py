@@ -86,3 +86,39 @@ def test_named_splits_come_from_filters_and_must_be_disjoint(root: Path, tmp_pat
     assert train | val == set(hashes) and not train & val and len(val) == 2
     assert dm.train_sets["eva_bimanual"].action_stride == 2
     assert len(dm.val_sets["eva_bimanual"]) == 2 * 12  # auto: every frame of so few episodes
+
+
+def test_cotraining_weights_hold_over_an_epoch(root: Path, tmp_path: Path) -> None:
+    aria = ensure_synthetic_episodes(
+        tmp_path / "aria",
+        "aria_bimanual",
+        episodes=4,
+        frames=12,
+        height=32,
+        width=40,
+        progress=False,
+    )
+    cfg = _cfg(
+        roots=[str(root), str(aria)],
+        batch_size=8,
+        datasets={
+            "eva_bimanual": {"embodiment": "eva_bimanual", "cameras": ["front_1"], "weight": 3.0},
+            "aria_bimanual": {"embodiment": "aria_bimanual", "cameras": ["front_1"], "weight": 1.0},
+        },
+    )
+    dm = EmbodimentDataModule(cfg, data_root=str(tmp_path), cache_dir=str(tmp_path))
+    dm.prepare()
+    assert dm.batch_sizes() == {"eva_bimanual": 6, "aria_bimanual": 2}
+    counts = {"eva_bimanual": 0, "aria_bimanual": 0}
+    steps = 0
+    for batch, _, _ in iter(dm.train_dataloader()):
+        steps += 1
+        for name, part in batch.items():
+            assert part["embodiment"] == name  # one batch per embodiment, every step
+            counts[name] += len(part["state"])
+    # An epoch runs until the loader with the most batches is done; the others cycle.
+    assert steps == max(
+        len(dm.train_sets["eva_bimanual"]) // 6, len(dm.train_sets["aria_bimanual"]) // 2
+    )
+    share = counts["eva_bimanual"] / sum(counts.values())
+    assert abs(share - 0.75) <= 0.01

@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from polymimic_data.atomic_files import write_json_atomic
+from polymimic_data.image_augmentation import ImageAugmentation
 from polymimic_train.data_module import EmbodimentDataModule
 from polymimic_train.policy_module import PolicyModule
 from polymimic_train.run_record import record_run_start
@@ -47,6 +48,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         datamodule.normalizer,
         datamodule.layouts,
         val_sample_seed=cfg.val_sample_seed,
+        augmentation=ImageAugmentation(**data_cfg["augment"]) if data_cfg.get("augment") else None,
         **cfg.optim,
     )
     trainer: pl.Trainer = instantiate(

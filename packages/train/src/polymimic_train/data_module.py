@@ -147,18 +147,34 @@ class EmbodimentDataModule(pl.LightningDataModule):
             for name, ds in self.train_sets.items()
         }
 
-    def _loader(self, dataset: EpisodeDataset, *, shuffle: bool) -> DataLoader:
+    def _loader(
+        self, dataset: EpisodeDataset, *, shuffle: bool, batch_size: int | None = None
+    ) -> DataLoader:
         accelerator = self.trainer.accelerator if self.trainer is not None else None
         return make_dataloader(
             dataset,
-            batch_size=int(self.cfg["batch_size"]),
+            batch_size=batch_size or int(self.cfg["batch_size"]),
             shuffle=shuffle,
             num_workers=int(self.cfg["num_workers"]),
             pin_memory=type(accelerator).__name__ == "CUDAAccelerator",
         )
 
+    def batch_sizes(self) -> dict[str, int]:
+        """Each dataset's share of a step's `batch_size`, by its `weight` (at least one)."""
+        weights = {n: float(self.cfg["datasets"][n].get("weight", 1.0)) for n in self.train_sets}
+        if any(w <= 0 for w in weights.values()):
+            raise ValueError(f"data.datasets weights must be positive, got {weights}")
+        total = sum(weights.values())
+        return {
+            n: max(1, round(int(self.cfg["batch_size"]) * w / total)) for n, w in weights.items()
+        }
+
     def train_dataloader(self) -> CombinedLoader:
-        loaders = {n: self._loader(ds, shuffle=True) for n, ds in self.train_sets.items()}
+        sizes = self.batch_sizes()
+        loaders = {
+            n: self._loader(ds, shuffle=True, batch_size=sizes[n])
+            for n, ds in self.train_sets.items()
+        }
         return CombinedLoader(loaders, mode="max_size_cycle")
 
     def val_dataloader(self) -> list[DataLoader]:

@@ -9,6 +9,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from torch import nn
+from torchmetrics import MeanMetric
 
 from polymimic_data import Layout, Normalizer
 from polymimic_eval import action_error, position_error
@@ -26,6 +27,7 @@ class PolicyModule(pl.LightningModule):
         weight_decay: float,
         warmup_steps: int,
         val_sample_seed: int = 0,
+        augmentation: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.policy = policy
@@ -34,10 +36,17 @@ class PolicyModule(pl.LightningModule):
         self.lr, self.backbone_lr, self.weight_decay = lr, backbone_lr, weight_decay
         self.warmup_steps = warmup_steps
         self.val_sample_seed = val_sample_seed
+        self.augmentation = augmentation  # on the device, batched; a no-op in eval mode
+        # Pooled over every validation loader (embodiment), weighted by samples, synced over ranks.
+        self.val_error, self.val_baseline = MeanMetric(), MeanMetric()
 
     def training_step(self, batches: Mapping[str, dict[str, Any]], batch_idx: int) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
         for name, batch in batches.items():
+            if self.augmentation is not None:
+                batch = batch | {
+                    k: self.augmentation(v) for k, v in batch.items() if k.startswith("images.")
+                }
             parts = self.policy.compute_loss(self.normalizer.normalize_batch(batch))
             size = batch["state"].shape[0]
             for key, value in parts.items():
@@ -71,13 +80,25 @@ class PolicyModule(pl.LightningModule):
         target, mask = batch["actions"], batch["action_mask"]
         size = target.shape[0]
         baseline = self.normalizer.mean_actions(embodiment, target)
+        error, baseline_error = (
+            action_error(pred, target, mask),
+            action_error(baseline, target, mask),
+        )
+        self.val_error.update(error, weight=size)
+        self.val_baseline.update(baseline_error, weight=size)
         metrics = {
-            "val_action_error": action_error(pred, target, mask),
-            "baseline_action_error": action_error(baseline, target, mask),
+            f"val/{embodiment}/action_error": error,
+            f"val/{embodiment}/baseline_action_error": baseline_error,
         }
         for key, value in position_error(pred, target, mask, self.layouts[embodiment]).items():
             metrics[f"val/{embodiment}/{key}"] = value
         self.log_dict(metrics, batch_size=size, add_dataloader_idx=False, sync_dist=True)
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("val_action_error", self.val_error.compute())
+        self.log("baseline_action_error", self.val_baseline.compute())
+        self.val_error.reset()
+        self.val_baseline.reset()
 
     def configure_optimizers(self) -> Any:
         groups = self.policy.param_groups(self.lr, self.backbone_lr)
