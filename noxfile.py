@@ -65,3 +65,4 @@ def typecheck(session: nox.Session) -> None:
 def bench_data(session: nox.Session) -> None:
     sync(session, "--package", "polymimic-data")
     session.run("python", "benchmarks/loader.py", *session.posargs)
+    session.run("python", "benchmarks/data_transforms.py")

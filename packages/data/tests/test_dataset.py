@@ -77,3 +77,23 @@ def test_bad_configuration_is_named(eva_root: Path) -> None:
         EpisodeDataset(episodes, embodiment="eva_bimanual", layout="human_cartesian_quat")
     with pytest.raises(ValueError, match="not of embodiment"):
         EpisodeDataset(episodes, embodiment="aria_bimanual")
+
+
+def test_eva_poses_are_expressed_in_the_camera_frame_of_the_extrinsics(tmp_path: Path) -> None:
+    from polymimic_data.embodiments import get_embodiment
+    from polymimic_data.synthetic import generate_episode
+
+    spec = get_embodiment("eva_bimanual")
+    path = generate_episode(tmp_path / "ep.zarr", spec, frames=8, height=16, width=16, seed=0)
+    plain = EpisodeDataset(resolve_episodes(tmp_path), embodiment="eva_bimanual", horizon=2)[3]
+    meta_path = path / "zarr.json"
+    import json
+
+    meta = json.loads(meta_path.read_text())
+    # The camera sits 0.1 m along the arms' x axis, rotated 180 degrees about z.
+    meta["attributes"]["camera_extrinsics"] = {"front_1": [0.1, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]}
+    meta_path.write_text(json.dumps(meta))
+    moved = EpisodeDataset(resolve_episodes(tmp_path), embodiment="eva_bimanual", horizon=2)[3]
+    x, y, z = plain["state"][0, :3].tolist()
+    np.testing.assert_allclose(moved["state"][0, :3].numpy(), [-(x - 0.1), -y, z], atol=1e-6)
+    np.testing.assert_array_equal(moved["state"][0, 7], plain["state"][0, 7])  # gripper unchanged

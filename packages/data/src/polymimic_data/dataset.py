@@ -183,10 +183,11 @@ class EpisodeDataset(Dataset[Sample]):
         self.max_bad_fraction_per_episode = max_bad_fraction_per_episode
         self._index = EpisodeIndex([e.total_frames for e in self.episodes])
         self._frames = list(frames) if frames is not None else None
+        frame_key = (
+            self.recipe.frame if self.recipe.frame and ":" not in self.recipe.frame else None
+        )
         keys = sorted(
-            set(self.recipe.state.keys)
-            | set(self.recipe.actions.keys)
-            | ({self.recipe.frame} if self.recipe.frame else set())
+            set(self.recipe.state.keys) | set(self.recipe.actions.keys) | ({frame_key} - {None})
         )
         pose_keys = frozenset(k for k in keys if k.endswith("_pose"))
         self._cache = _EpisodeCache(self.episodes, keys, pose_keys, cache_episodes)
@@ -230,6 +231,17 @@ class EpisodeDataset(Dataset[Sample]):
                         )
                         raise SampleFault(fault)
 
+    def _reference(self, episode: int, frame: int, loaded: _LoadedEpisode) -> np.ndarray | None:
+        """The pose the sample's vectors are expressed in, if the layout has a frame."""
+        if not self.recipe.frame:
+            return None
+        if self.recipe.frame.startswith("camera:"):
+            camera = self.recipe.frame.removeprefix("camera:")
+            pose = self.spec.camera_pose(self.episodes[episode].attrs, camera)
+            identity = np.array([0.0, 0, 0, 1, 0, 0, 0])
+            return None if np.array_equal(pose, identity) else pose
+        return loaded.arrays[self.recipe.frame][frame]
+
     def numeric_sample(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """State (K, S), actions (T, A) and action mask (T,), without touching images.
 
@@ -240,7 +252,7 @@ class EpisodeDataset(Dataset[Sample]):
         self._check_numeric(episode, frame, loaded)
         n = self.episodes[episode].total_frames
         history, steps = self._windows(frame)
-        reference = loaded.arrays[self.recipe.frame][frame] if self.recipe.frame else None
+        reference = self._reference(episode, frame, loaded)
         state = _assemble(self.recipe, self.recipe.state, loaded.arrays, history, reference)
         actions = _assemble(self.recipe, self.recipe.actions, loaded.arrays, steps, reference)
         mask = steps + self._last_offset <= n - 1

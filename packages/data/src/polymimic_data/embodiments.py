@@ -80,6 +80,21 @@ class Embodiment:
     recipes: tuple[LayoutRecipe, ...]
     default_layout: str
     intrinsics: dict[str, CameraIntrinsics] = field(default_factory=dict)
+    extrinsics: dict[str, tuple[float, ...]] = field(default_factory=dict)  # camera -> pose (7)
+
+    def camera_pose(self, attrs: dict, camera: str) -> np.ndarray:
+        """A camera's pose (xyz + quaternion) in the arms' frame.
+
+        The episode's attribute `camera_extrinsics` where it has one, else the default.
+        """
+        own = (attrs.get("camera_extrinsics") or {}).get(camera)
+        pose = own if own is not None else self.extrinsics.get(camera)
+        if pose is None or len(pose) != 7:
+            raise KeyError(
+                f"no extrinsics (xyz + quaternion) for camera {camera!r} of {self.name}; set the "
+                "episode attribute camera_extrinsics or the embodiment's extrinsics"
+            )
+        return np.asarray(pose, dtype=np.float64)
 
     @property
     def image_keys(self) -> tuple[str, ...]:
@@ -129,7 +144,7 @@ def register_embodiment(embodiment: Embodiment) -> Embodiment:
     if key in _REGISTRY:
         raise ValueError(f"embodiment {embodiment.name!r} is already registered")
     for recipe in embodiment.recipes:
-        frame = (recipe.frame,) if recipe.frame else ()
+        frame = (recipe.frame,) if recipe.frame and not recipe.frame.startswith("camera:") else ()
         missing = set(recipe.state.keys + recipe.actions.keys + frame) - set(
             embodiment.numeric_keys
         )
@@ -171,7 +186,13 @@ _EVA_ACTIONS = VectorRecipe(
     (("left.cmd_ee_pose", 0), ("left.gripper", 1), ("right.cmd_ee_pose", 0), ("right.gripper", 1))
 )
 _EVA_RECIPES = tuple(
-    LayoutRecipe(f"eva_cartesian_{suffix}", _EVA_STATE, _EVA_ACTIONS, rotation=rotation)
+    LayoutRecipe(
+        f"eva_cartesian_{suffix}",
+        _EVA_STATE,
+        _EVA_ACTIONS,
+        rotation=rotation,
+        frame="camera:front_1",
+    )
     for rotation, suffix in _SUFFIX.items()
 )
 
@@ -218,6 +239,9 @@ register_embodiment(
         recipes=_EVA_RECIPES,
         default_layout="eva_cartesian_quat",
         intrinsics={"front_1": _FRONT_INTRINSICS},
+        # Synthetic episodes are generated in the camera frame; real rigs set
+        # `camera_extrinsics` on their episodes.
+        extrinsics={"front_1": (0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)},
     )
 )
 for _source in ("aria", "mecka", "scale"):

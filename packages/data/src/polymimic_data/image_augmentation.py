@@ -63,14 +63,18 @@ class ImageAugmentation(nn.Module):
         grid = F.affine_grid(theta, list(x.shape), align_corners=False)
         x = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
-        # Colour jitter: brightness, contrast, saturation factors per sample.
+        # Colour jitter, fused: brightness b, then contrast c about the mean grey m, then
+        # saturation s about each pixel's grey g is   b*c*s*x + b*c*(1-s)*g + b*(1-c)*m.
         def factor(strength: float) -> torch.Tensor:
             return self._uniform(b, 1 - strength, 1 + strength, x, generator).view(b, 1, 1, 1)
 
-        grey = (x * _GREY.to(x.device).view(1, 3, 1, 1)).sum(1, keepdim=True)
-        x = x * factor(self.brightness)
+        bright, contrast, sat = (
+            factor(self.brightness),
+            factor(self.contrast),
+            factor(self.saturation),
+        )
+        grey = torch.einsum("bchw,c->bhw", x, _GREY.to(x.device)).unsqueeze(1)
         mean = grey.mean((2, 3), keepdim=True)
-        x = (x - mean) * factor(self.contrast) + mean
-        grey = (x * _GREY.to(x.device).view(1, 3, 1, 1)).sum(1, keepdim=True)
-        x = (x - grey) * factor(self.saturation) + grey
-        return (x.clamp(0, 1) * 255).round().to(torch.uint8)
+        x = x.mul_(bright * contrast * sat)
+        x = x.addcmul_(grey, bright * contrast * (1 - sat)).add_(bright * (1 - contrast) * mean)
+        return x.clamp_(0, 1).mul_(255).round_().to(torch.uint8)

@@ -110,8 +110,9 @@ def euler_to_matrix(ypr: np.ndarray) -> np.ndarray:
 def matrix_to_euler(m: np.ndarray) -> np.ndarray:
     """(yaw, pitch, roll) with pitch in [-pi/2, pi/2]; at gimbal lock roll is set to 0."""
     m = np.asarray(m, dtype=np.float64)
-    pitch = np.arcsin(np.clip(-m[..., 2, 0], -1.0, 1.0))
-    locked = np.abs(m[..., 2, 0]) > 1 - 1e-9
+    cos_pitch = np.hypot(m[..., 0, 0], m[..., 1, 0])  # atan2 keeps precision near +-pi/2
+    pitch = np.arctan2(-m[..., 2, 0], cos_pitch)
+    locked = cos_pitch < 1e-9
     yaw = np.where(
         locked, np.arctan2(-m[..., 0, 1], m[..., 1, 1]), np.arctan2(m[..., 1, 0], m[..., 0, 0])
     )
