@@ -27,7 +27,8 @@ THIRD_PARTY = {
     "torchmetrics",
 }
 ALLOWED: dict[str, set[str]] = {
-    "data": {"numpy", "zarr", "torch", "simplejpeg", "tqdm"},
+    # fsspec: the optional `s3` extra, imported only inside remote_episodes' functions.
+    "data": {"numpy", "zarr", "torch", "simplejpeg", "tqdm", "fsspec"},
     "policies": {"torch", "torchvision", "transformers", "diffusers"},
     "strategies": {"torch", "lightning"},
     "eval": {"numpy", "torch", "av", "polymimic_data"},

@@ -112,7 +112,7 @@ def matrix_to_euler(m: np.ndarray) -> np.ndarray:
     m = np.asarray(m, dtype=np.float64)
     cos_pitch = np.hypot(m[..., 0, 0], m[..., 1, 0])  # atan2 keeps precision near +-pi/2
     pitch = np.arctan2(-m[..., 2, 0], cos_pitch)
-    locked = cos_pitch < 1e-9
+    locked = cos_pitch < 1e-8  # balances the two branches: error ~1e-8 either way
     yaw = np.where(
         locked, np.arctan2(-m[..., 0, 1], m[..., 1, 1]), np.arctan2(m[..., 1, 0], m[..., 0, 0])
     )

@@ -45,7 +45,9 @@ class ResNetImageStem(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if images.dtype != torch.uint8:
             raise TypeError(f"image stems take uint8 images, got {images.dtype}")
-        x = (images.float() / 255.0 - self.mean) / self.std
+        # Loaders may hand over channels-last views; a contiguous input keeps the conv
+        # gradients in the layout DDP's buckets expect.
+        x = (images.contiguous().float() / 255.0 - self.mean) / self.std
         features = self.backbone(x.to(self.project.weight.dtype))
         tokens = self.project(features.flatten(2).transpose(1, 2))
         queries = self.queries.expand(images.shape[0], -1, -1)

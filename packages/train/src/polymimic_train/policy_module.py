@@ -95,8 +95,9 @@ class PolicyModule(pl.LightningModule):
         self.log_dict(metrics, batch_size=size, add_dataloader_idx=False, sync_dist=True)
 
     def on_validation_epoch_end(self) -> None:
-        self.log("val_action_error", self.val_error.compute())
-        self.log("baseline_action_error", self.val_baseline.compute())
+        # compute() has already reduced over ranks; sync_dist then averages equal values.
+        self.log("val_action_error", self.val_error.compute(), sync_dist=True)
+        self.log("baseline_action_error", self.val_baseline.compute(), sync_dist=True)
         self.val_error.reset()
         self.val_baseline.reset()
 
