@@ -66,3 +66,10 @@ def bench_data(session: nox.Session) -> None:
     sync(session, "--package", "polymimic-data")
     session.run("python", "benchmarks/loader.py", *session.posargs)
     session.run("python", "benchmarks/data_transforms.py")
+
+
+@nox.session(name="bench-strategies")
+def bench_strategies(session: nox.Session) -> None:
+    """fp32 against bf16 gradient all-reduce, on loopback and on a link shaped to 1 Gbit/s."""
+    sync(session, "--package", "polymimic-strategies")
+    session.run("python", "benchmarks/allreduce.py", *session.posargs)
