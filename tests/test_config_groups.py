@@ -95,3 +95,22 @@ def test_every_model_takes_a_training_step_on_every_data_source(
         assert torch.isfinite(loss), name
         chunk = policy.sample_actions(batch, torch.Generator().manual_seed(0))
         assert chunk.shape == batch["actions"].shape
+
+
+def test_slurm_launcher_is_generic_and_follows_the_trainer(tmp_path: Path) -> None:
+    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "hydra/launcher=slurm",
+                "trainer=ddp",
+                "trainer.devices=4",
+                "trainer.num_nodes=2",
+            ],
+            return_hydra_config=True,
+        )
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)
+    assert launcher.account is None and launcher.partition is None  # cluster-specific: overrides
+    assert launcher.max_num_timeout > 0

@@ -107,3 +107,15 @@ def test_bad_data_root_fails_before_training_with_the_path(tmp_path: Path) -> No
     )
     assert result.returncode != 0
     assert str(tmp_path / "missing") in result.stderr
+
+
+def test_a_requeued_run_resumes_from_its_own_last_checkpoint(trained) -> None:
+    tmp, run_dir, _ = trained
+    again = tmp / "requeued"
+    import shutil
+
+    shutil.copytree(run_dir, again, symlinks=True)
+    result = _train(tmp, again, *SMALL_SYNTHETIC, "trainer.max_steps=6")  # resume: auto
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from" in result.stderr + result.stdout
+    assert json.loads((again / "summary.json").read_text())["steps"] == 6

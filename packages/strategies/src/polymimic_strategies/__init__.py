@@ -2,5 +2,11 @@
 
 from polymimic_strategies.comm_hooks import make_bf16_compress_hook
 from polymimic_strategies.ddp import PolymimicDDPStrategy, UnusedParametersError
+from polymimic_strategies.gpu_reaper import reap_stale_gpu_processes
 
-__all__ = ["PolymimicDDPStrategy", "UnusedParametersError", "make_bf16_compress_hook"]
+__all__ = [
+    "PolymimicDDPStrategy",
+    "UnusedParametersError",
+    "make_bf16_compress_hook",
+    "reap_stale_gpu_processes",
+]

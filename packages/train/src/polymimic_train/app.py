@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from polymimic_data.atomic_files import write_json_atomic
 from polymimic_data.image_augmentation import ImageAugmentation
+from polymimic_strategies import reap_stale_gpu_processes
 from polymimic_train.data_module import EmbodimentDataModule
 from polymimic_train.policy_module import PolicyModule
 from polymimic_train.run_record import record_run_start
@@ -31,9 +33,24 @@ def _instantiate_all(group: DictConfig | None) -> list[Any]:
     return [instantiate(c) for c in (group or {}).values() if c is not None]
 
 
+def _resume_path(resume: str | None, run_dir: Path) -> str | None:
+    if resume != "auto":
+        return resume
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if last.exists():
+        log.info("resuming from %s", last.resolve())
+        return str(last)
+    return None
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train per `cfg`; returns the summary also written to `<run_dir>/summary.json`."""
     run_dir = Path(cfg.paths.run_dir)
+    on_slurm_node_leader = (
+        "SLURM_JOB_ID" in os.environ and os.environ.get("SLURM_LOCALID", "0") == "0"
+    )
+    if cfg.reap_stale_gpu_processes and on_slurm_node_leader:  # once per node
+        reap_stale_gpu_processes()
     pl.seed_everything(cfg.seed, workers=True)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     assert isinstance(data_cfg, dict)
@@ -56,7 +73,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     )
     if trainer.is_global_zero:
         record_run_start(run_dir, cfg, {n: s.to_json() for n, s in datamodule.norm_stats.items()})
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.resume)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=_resume_path(cfg.resume, run_dir))
     if "val_action_error" not in trainer.callback_metrics:  # no validation since the last step
         trainer.validate(module, datamodule=datamodule, verbose=False)
 
