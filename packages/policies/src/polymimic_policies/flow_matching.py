@@ -74,14 +74,17 @@ class FlowMatchingActionHead(nn.Module):
         context: torch.Tensor,
         generator: torch.Generator | None = None,
         steps: int | None = None,
+        noise: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Integrate from noise to a normalised action chunk (B, T, A)."""
+        """Integrate from noise (given, or drawn from `generator`) to a chunk (B, T, A)."""
         steps = steps or self.sample_steps
         shape = (context.shape[0], self.horizon, self.action_dim)
-        noise_device = generator.device if generator is not None else context.device
-        x = torch.randn(shape, generator=generator, device=noise_device).to(
-            device=context.device, dtype=context.dtype
-        )
+        if noise is None:
+            noise_device = generator.device if generator is not None else context.device
+            noise = torch.randn(shape, generator=generator, device=noise_device)
+        elif tuple(noise.shape) != shape:
+            raise ValueError(f"noise must be {shape}, got {tuple(noise.shape)}")
+        x = noise.to(device=context.device, dtype=context.dtype)
         dt = 1.0 / steps
         for i in range(steps):
             t = torch.full((shape[0],), 1.0 - i * dt, device=context.device)

@@ -126,11 +126,15 @@ class HPTPolicy(nn.Module):
 
     @torch.no_grad()
     def sample_actions(
-        self, batch: Mapping[str, Any], generator: torch.Generator | None = None
+        self,
+        batch: Mapping[str, Any],
+        generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Normalised action chunks (B, T, A) sampled for a batch."""
+        """Normalised action chunks (B, T, A) sampled for a batch, from `noise` if given."""
         context = self.encode(batch)
-        return self.heads[batch["embodiment"]].sample(context, generator)  # type: ignore[operator]
+        head = self.heads[batch["embodiment"]]
+        return head.sample(context, generator, noise=noise)  # type: ignore[operator]
 
     def param_groups(self, lr: float, backbone_lr: float) -> list[dict[str, Any]]:
         """Image backbones at `backbone_lr`, everything else at `lr`."""

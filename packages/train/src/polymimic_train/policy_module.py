@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,7 +38,7 @@ class PolicyModule(pl.LightningModule):
         self.warmup_steps = warmup_steps
         self.val_sample_seed = val_sample_seed
         self.augmentation = augmentation  # on the device, batched; a no-op in eval mode
-        # Pooled over every validation loader (embodiment), weighted by samples, synced over ranks.
+        # Pooled over every validation loader (embodiment) and synced over ranks.
         self.val_error, self.val_baseline = MeanMetric(), MeanMetric()
 
     def training_step(self, batches: Mapping[str, dict[str, Any]], batch_idx: int) -> torch.Tensor:
@@ -56,27 +57,31 @@ class PolicyModule(pl.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=1)
         return loss
 
-    def predict_actions(
-        self, batch: Mapping[str, Any], generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        """Unnormalised action chunks for a raw batch."""
+    def sample_noise(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        """Initial noise per sample, seeded by (val_sample_seed, episode, frame).
+
+        Validation then gives the same predictions however samples are batched or sharded
+        over ranks, so every trainer config reports the same metrics for the same weights.
+        """
+        shape = tuple(batch["actions"].shape[1:])
+        noise = []
+        for episode, frame in zip(batch["episode"], batch["frame"].tolist(), strict=True):
+            key = zlib.crc32(f"{self.val_sample_seed}:{episode}:{frame}".encode())
+            noise.append(torch.randn(shape, generator=torch.Generator().manual_seed(key)))
+        return torch.stack(noise).to(self.device)
+
+    def predict_actions(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        """Unnormalised action chunks for a raw batch, deterministic per sample."""
         embodiment = batch["embodiment"]
         normalised = self.normalizer.normalize_batch(dict(batch))
-        sampled = self.policy.sample_actions(normalised, generator=generator)
+        sampled = self.policy.sample_actions(normalised, noise=self.sample_noise(batch))
         return self.normalizer.denormalize_actions(embodiment, sampled)
-
-    def _generator(self, *salt: int) -> torch.Generator:
-        gen = torch.Generator(device=self.device)
-        seed = self.val_sample_seed
-        for s in salt:
-            seed = seed * 1_000_003 + s
-        return gen.manual_seed(seed % (2**63))
 
     def validation_step(
         self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         embodiment = batch["embodiment"]
-        pred = self.predict_actions(batch, self._generator(dataloader_idx, batch_idx))
+        pred = self.predict_actions(batch)
         target, mask = batch["actions"], batch["action_mask"]
         size = target.shape[0]
         baseline = self.normalizer.mean_actions(embodiment, target)
@@ -84,8 +89,11 @@ class PolicyModule(pl.LightningModule):
             action_error(pred, target, mask),
             action_error(baseline, target, mask),
         )
-        self.val_error.update(error, weight=size)
-        self.val_baseline.update(baseline_error, weight=size)
+        # Weighted by valid steps, the pooled value is the masked mean over all samples,
+        # however they were grouped into batches or ranks.
+        steps = mask.sum()
+        self.val_error.update(error, weight=steps)
+        self.val_baseline.update(baseline_error, weight=steps)
         metrics = {
             f"val/{embodiment}/action_error": error,
             f"val/{embodiment}/baseline_action_error": baseline_error,

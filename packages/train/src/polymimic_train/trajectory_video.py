@@ -72,7 +72,7 @@ class TrajectoryVideoCallback(pl.Callback):
                 k: v.to(module.device) if isinstance(v, torch.Tensor) else v
                 for k, v in batch.items()
             }
-            pred = module.predict_actions(batch, module._generator(start)).cpu().numpy()
+            pred = module.predict_actions(batch).cpu().numpy()
             true = batch["actions"].cpu().numpy()
             for j in range(len(pred)):
                 image = display[j].permute(1, 2, 0).numpy()

@@ -1,0 +1,103 @@
+"""The same weights give the same validation metrics under every CPU-capable trainer config.
+
+Tolerance: 1e-5 relative. Per-sample noise makes predictions independent of how samples
+are batched or sharded; what differs is only the order of floating-point sums across
+ranks. Multi-process configs run as two CPU processes forked on gloo.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+import polymimic_train.app
+from polymimic_train.data_module import EmbodimentDataModule
+from polymimic_train.policy_module import PolicyModule
+
+CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
+TRAINERS = sorted(p.stem for p in (CONFIGS / "trainer").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("agree")
+    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                f"paths.run_dir={tmp / 'run'}",
+                f"paths.data_root={tmp / 'data'}",
+                f"paths.cache_dir={tmp / 'cache'}",
+                "data.synthetic.episodes=6",
+                "data.synthetic.frames=20",
+                "data.val_fraction=0.34",
+                "data.num_workers=0",
+                "data.batch_size=8",
+                "data.norm.num_samples=50",
+                "model.d_model=32",
+                "model.num_heads=2",
+                "model.image_tokens=2",
+            ],
+        )
+    datamodule = EmbodimentDataModule(
+        OmegaConf.to_container(cfg.data, resolve=True),
+        data_root=cfg.paths.data_root,
+        cache_dir=cfg.paths.cache_dir,
+    )
+    datamodule.prepare()
+    torch.manual_seed(0)
+    policy = instantiate(cfg.model, embodiments=datamodule.embodiment_specs())
+    module = PolicyModule(policy, datamodule.normalizer, datamodule.layouts, **cfg.optim)
+    return cfg, datamodule, module
+
+
+def _validate(cfg, datamodule, module, trainer_name: str) -> float:
+    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
+        full = compose(
+            "train", overrides=[f"trainer={trainer_name}", f"paths.run_dir={cfg.paths.run_dir}"]
+        )
+    trainer_cfg = OmegaConf.to_container(full.trainer, resolve=True)
+    assert isinstance(trainer_cfg, dict)
+    trainer_cfg["accelerator"] = "cpu"
+    if isinstance(trainer_cfg["strategy"], dict):
+        trainer_cfg["strategy"]["start_method"] = "fork"  # rank 1 forks from pytest
+    trainer = instantiate(
+        trainer_cfg,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[],
+    )
+    trainer.validate(copy.deepcopy(module), datamodule=datamodule, verbose=False)
+    return float(trainer.callback_metrics["val_action_error"])
+
+
+# Lightning warns that DistributedSampler may pad; the sizes here are even, so it does not.
+@pytest.mark.filterwarnings("ignore:Using `DistributedSampler`")
+def test_every_cpu_trainer_config_reports_the_same_validation_metrics(setup) -> None:
+    cfg, datamodule, module = setup
+    assert len(datamodule.val_sets["eva_bimanual"]) % 2 == 0  # no padding duplicates on 2 ranks
+    results = {}
+    for name in TRAINERS:
+        with initialize_config_module("polymimic_train.configs", version_base="1.3"):
+            accelerator = compose("train", overrides=[f"trainer={name}"]).trainer.accelerator
+        if accelerator != "gpu":
+            results[name] = _validate(cfg, datamodule, module, name)
+    assert {
+        "default",
+        "ddp",
+        "ddp_bf16_compress",
+        "ddp_find_unused_parameters_true",
+    } <= results.keys()
+    reference = results["default"]
+    for name, value in results.items():
+        assert value == pytest.approx(reference, rel=1e-5), (
+            f"trainer={name}: {value} vs {reference}"
+        )
