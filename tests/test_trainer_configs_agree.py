@@ -45,12 +45,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory):
                 "model.image_tokens=2",
             ],
         )
+    data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
+    assert isinstance(data_cfg, dict)
     datamodule = EmbodimentDataModule(
-        OmegaConf.to_container(cfg.data, resolve=True),
-        data_root=cfg.paths.data_root,
-        cache_dir=cfg.paths.cache_dir,
+        data_cfg, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir
     )
     datamodule.prepare()
+    assert datamodule.normalizer is not None
     torch.manual_seed(0)
     policy = instantiate(cfg.model, embodiments=datamodule.embodiment_specs())
     module = PolicyModule(policy, datamodule.normalizer, datamodule.layouts, **cfg.optim)
