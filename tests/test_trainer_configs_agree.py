@@ -45,10 +45,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory):
                 "model.image_tokens=2",
             ],
         )
-    data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
-    assert isinstance(data_cfg, dict)
     datamodule = EmbodimentDataModule(
-        data_cfg, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir
+        cfg.data, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir
     )
     datamodule.prepare()
     assert datamodule.normalizer is not None
