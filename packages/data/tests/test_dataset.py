@@ -97,3 +97,16 @@ def test_eva_poses_are_expressed_in_the_camera_frame_of_the_extrinsics(tmp_path:
     x, y, z = plain["state"][0, :3].tolist()
     np.testing.assert_allclose(moved["state"][0, :3].numpy(), [-(x - 0.1), -y, z], atol=1e-6)
     np.testing.assert_array_equal(moved["state"][0, 7], plain["state"][0, 7])  # gripper unchanged
+
+
+def test_chunks_resampled_from_a_window_interpolate_and_slerp(eva_root: Path) -> None:
+    episodes = resolve_episodes(eva_root)
+    ds = EpisodeDataset(episodes, embodiment="eva_bimanual", horizon=9, action_window=5)
+    reader = EpisodeReader(episodes[0].path)
+    cmd = reader.read_numeric("left.cmd_ee_pose")
+    actions = ds[2]["actions"].numpy()  # frames 2, 2.5, 3, ..., 6
+    np.testing.assert_allclose(actions[::2, :7], cmd[2:7], atol=1e-6)
+    np.testing.assert_allclose(actions[1, :3], (cmd[2, :3] + cmd[3, :3]) / 2, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(actions[:, 3:7], axis=1), 1.0, atol=1e-5)
+    near_end = ds[episodes[0].total_frames - 3]["action_mask"].numpy()
+    assert near_end[0] and not near_end[-1]

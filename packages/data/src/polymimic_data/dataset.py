@@ -26,7 +26,7 @@ from polymimic_data.episode_store import EpisodeReader
 from polymimic_data.frames import express_in, points_in_frame
 from polymimic_data.jpeg_decode import decode_jpeg
 from polymimic_data.layouts import Layout
-from polymimic_data.rotations import convert
+from polymimic_data.rotations import convert, slerp
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +89,33 @@ class _EpisodeCache:
 
 
 def _frames_of(recipe: VectorRecipe, frames: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Integer frames each key is read at, clamped; both neighbours of fractional frames."""
+    if frames.dtype.kind == "f":
+        frames = np.concatenate([np.floor(frames), np.ceil(frames)]).astype(np.int64)
     by_offset: dict[int, np.ndarray] = {}
     for offset in {o for _, o in recipe.entries}:
         shifted = frames + offset
         by_offset[offset] = np.minimum(np.maximum(shifted, 0), n - 1)
     return {key: by_offset[offset] for key, offset in recipe.entries}
+
+
+def _read(values: np.ndarray, frames: np.ndarray, pose: bool) -> np.ndarray:
+    """Rows at (clamped) frames; fractional frames interpolate.
+
+    Linearly, and by SLERP for the quaternion of a pose.
+    """
+    n = len(values)
+    if frames.dtype.kind != "f":
+        return values[np.clip(frames, 0, n - 1)].reshape(len(frames), -1)
+    frames = np.clip(frames, 0, n - 1)
+    lo = np.floor(frames).astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    w = (frames - lo)[:, None]
+    a, b = values[lo].reshape(len(frames), -1), values[hi].reshape(len(frames), -1)
+    out = a * (1 - w) + b * w
+    if pose:
+        out[:, 3:7] = slerp(a[:, 3:7], b[:, 3:7], w[:, 0])
+    return out
 
 
 def _assemble(
@@ -108,12 +130,10 @@ def _assemble(
     Keys are read at frames + offsets, clamped to the episode; poses go into `reference`'s
     frame and `recipe.rotation`.
     """
-    n = len(next(iter(arrays.values())))
-    idx = _frames_of(vector, frames, n)
     parts: list[np.ndarray] = []
     wrist: np.ndarray | None = None
-    for key, _ in vector.entries:
-        values = arrays[key][idx[key]].reshape(len(frames), -1)
+    for key, offset in vector.entries:
+        values = _read(arrays[key], frames + offset, pose=key.endswith("_pose"))
         if key.endswith("_pose") and (reference is not None or recipe.rotation != "quaternion"):
             wrist = values
             pose = express_in(reference, values) if reference is not None else values
@@ -138,7 +158,9 @@ def prompt_at(annotations: list[dict[str, Any]], frame: int) -> str:
 class EpisodeDataset(Dataset[Sample]):
     """Samples of one embodiment: images, K-step state history and a T-step action chunk.
 
-    Action step j of a sample at frame t reads frame t + j * action_stride. `frames`, when
+    Action step j of a sample at frame t reads frame t + j * action_stride; or, with
+    `action_window` W, the chunk spans frames t .. t + W - 1 resampled to `horizon` steps
+    (linear interpolation, SLERP for quaternions). `frames`, when
     given, restricts the dataset to those (episode, frame) pairs (validation subsampling,
     contiguous video episodes); otherwise every frame is a sample.
     """
@@ -154,6 +176,7 @@ class EpisodeDataset(Dataset[Sample]):
         history: int = 1,
         horizon: int = 16,
         action_stride: int = 1,
+        action_window: int | None = None,
         frames: Sequence[tuple[int, int]] | None = None,
         cache_episodes: int = 256,
         max_bad_fraction_per_episode: float = 0.2,
@@ -180,6 +203,9 @@ class EpisodeDataset(Dataset[Sample]):
             (int(image_size[0]), int(image_size[1])) if image_size is not None else None
         )
         self.history, self.horizon, self.action_stride = history, horizon, action_stride
+        if action_window is not None and action_window < 2:
+            raise ValueError(f"action_window must span at least 2 frames, got {action_window}")
+        self.action_window = action_window
         self.max_bad_fraction_per_episode = max_bad_fraction_per_episode
         self._index = EpisodeIndex([e.total_frames for e in self.episodes])
         self._frames = list(frames) if frames is not None else None
@@ -205,9 +231,11 @@ class EpisodeDataset(Dataset[Sample]):
         return self._index.locate(index)
 
     def _windows(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
-        return frame + np.arange(1 - self.history, 1), frame + np.arange(
-            self.horizon
-        ) * self.action_stride
+        """Frames of the state history and of the action steps (fractional when resampled)."""
+        history = frame + np.arange(1 - self.history, 1)
+        if self.action_window is not None:
+            return history, frame + np.linspace(0.0, self.action_window - 1, self.horizon)
+        return history, frame + np.arange(self.horizon) * self.action_stride
 
     def _check_numeric(self, episode: int, frame: int, loaded: _LoadedEpisode) -> None:
         if not loaded.bad:
