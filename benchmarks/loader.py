@@ -28,7 +28,7 @@ import torch
 import zarr
 
 from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
-from polymimic_data.dataloaders import make_dataloader
+from polymimic_data.dataloaders import make_dataloader, tune_worker_allocator
 from polymimic_data.embodiments import get_embodiment
 from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
 
@@ -44,7 +44,13 @@ def emit(metric: str, value: float, unit: str, **extra: object) -> None:
 
 
 def per_sample_figures(dataset: EpisodeDataset, samples: int, seed: int, rounds: int = 3) -> None:
-    """Ours and the decode floor over the same samples, interleaved; best of `rounds` each."""
+    """Ours and the decode floor over the same samples, interleaved; best of `rounds` each.
+
+    Both run under the allocator settings of a loader worker (see dataloaders.py): without
+    them, whether a freed 0.9 MB frame's pages are reused depends on glibc's heuristics,
+    and page faults alone can double the time of either.
+    """
+    tune_worker_allocator()
     rng = np.random.default_rng(seed)
     indices = rng.choice(len(dataset), size=min(samples, len(dataset)), replace=False).tolist()
     jpegs = []
@@ -137,7 +143,7 @@ def resolve_figures(root: Path, cache: Path) -> None:
 _RSS_PROBE = """
 import resource, sys, numpy as np
 from polymimic_data import EpisodeDataset, resolve_episodes
-from polymimic_data.dataloaders import make_dataloader
+from polymimic_data.dataloaders import make_dataloader, tune_worker_allocator
 ds = EpisodeDataset(
     resolve_episodes(sys.argv[1]), embodiment="eva_bimanual", cameras=("front_1",), horizon=1
 )
