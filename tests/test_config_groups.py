@@ -6,32 +6,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import Strategy
 
 import polymimic_train.app
 from polymimic_data import collate_samples
-from polymimic_train.data_module import EmbodimentDataModule
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
 
 
 def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
-
-
-def _compose(tmp_path: Path, *overrides: str):
-    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
-        return compose(
-            "train",
-            overrides=[
-                f"paths.run_dir={tmp_path / 'run'}",
-                f"paths.data_root={tmp_path / 'data'}",
-                f"paths.cache_dir={tmp_path / 'cache'}",
-                *overrides,
-            ],
-        )
 
 
 def test_groups_are_not_empty() -> None:
@@ -56,9 +41,9 @@ KNOBS = {
 
 @pytest.mark.parametrize("trainer", _options("trainer"))
 def test_every_trainer_config_exposes_the_same_knobs_and_builds(
-    tmp_path: Path, trainer: str
+    tmp_path: Path, trainer: str, compose_train
 ) -> None:
-    cfg = _compose(tmp_path, f"trainer={trainer}", "trainer.gradient_clip_val=0.5")
+    cfg = compose_train(tmp_path, f"trainer={trainer}", "trainer.gradient_clip_val=0.5")
     assert set(cfg.trainer) >= KNOBS, f"trainer/{trainer}.yaml lacks {KNOBS - set(cfg.trainer)}"
     assert cfg.trainer.gradient_clip_val == 0.5
     if cfg.trainer.accelerator == "gpu":  # no GPU here: build the strategy alone
@@ -72,9 +57,9 @@ def test_every_trainer_config_exposes_the_same_knobs_and_builds(
 @pytest.mark.parametrize("data", [d for d in _options("data") if d.startswith("synthetic")])
 @pytest.mark.parametrize("model", _options("model"))
 def test_every_model_takes_a_training_step_on_every_data_source(
-    tmp_path: Path, model: str, data: str
+    tmp_path: Path, model: str, data: str, compose_train, prepared_data
 ) -> None:
-    cfg = _compose(
+    cfg = compose_train(
         tmp_path,
         f"model={model}",
         f"data={data}",
@@ -82,11 +67,7 @@ def test_every_model_takes_a_training_step_on_every_data_source(
         "data.synthetic.frames=30",
         "data.norm.num_samples=20",
     )
-    datamodule = EmbodimentDataModule(
-        cfg.data, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir
-    )
-    datamodule.prepare()
-    assert datamodule.normalizer is not None
+    datamodule = prepared_data(cfg)
     policy = instantiate(cfg.model, embodiments=datamodule.embodiment_specs())
     for name, dataset in datamodule.train_sets.items():
         batch = datamodule.normalizer.normalize_batch(collate_samples([dataset[0], dataset[5]]))
@@ -97,18 +78,15 @@ def test_every_model_takes_a_training_step_on_every_data_source(
         assert chunk.shape == batch["actions"].shape
 
 
-def test_slurm_launcher_is_generic_and_follows_the_trainer(tmp_path: Path) -> None:
-    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[
-                "hydra/launcher=slurm",
-                "trainer=ddp",
-                "trainer.devices=4",
-                "trainer.num_nodes=2",
-            ],
-            return_hydra_config=True,
-        )
+def test_slurm_launcher_is_generic_and_follows_the_trainer(tmp_path: Path, compose_train) -> None:
+    cfg = compose_train(
+        tmp_path,
+        "hydra/launcher=slurm",
+        "trainer=ddp",
+        "trainer.devices=4",
+        "trainer.num_nodes=2",
+        return_hydra_config=True,
+    )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)

@@ -17,7 +17,6 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import polymimic_train.app
-from polymimic_train.data_module import EmbodimentDataModule
 from polymimic_train.policy_module import PolicyModule
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
@@ -25,30 +24,21 @@ TRAINERS = sorted(p.stem for p in (CONFIGS / "trainer").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory):
+def setup(tmp_path_factory: pytest.TempPathFactory, compose_train, prepared_data):
     tmp = tmp_path_factory.mktemp("agree")
-    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[
-                f"paths.run_dir={tmp / 'run'}",
-                f"paths.data_root={tmp / 'data'}",
-                f"paths.cache_dir={tmp / 'cache'}",
-                "data.synthetic.episodes=6",
-                "data.synthetic.frames=20",
-                "data.val_fraction=0.34",
-                "data.num_workers=0",
-                "data.batch_size=8",
-                "data.norm.num_samples=50",
-                "model.d_model=32",
-                "model.num_heads=2",
-                "model.image_tokens=2",
-            ],
-        )
-    datamodule = EmbodimentDataModule(
-        cfg.data, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir
+    cfg = compose_train(
+        tmp,
+        "data.synthetic.episodes=6",
+        "data.synthetic.frames=20",
+        "data.val_fraction=0.34",
+        "data.num_workers=0",
+        "data.batch_size=8",
+        "data.norm.num_samples=50",
+        "model.d_model=32",
+        "model.num_heads=2",
+        "model.image_tokens=2",
     )
-    datamodule.prepare()
+    datamodule = prepared_data(cfg)
     assert datamodule.normalizer is not None
     torch.manual_seed(0)
     policy = instantiate(cfg.model, embodiments=datamodule.embodiment_specs())

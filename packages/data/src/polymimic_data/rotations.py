@@ -150,22 +150,20 @@ _FROM_MATRIX: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+def _converter(
+    table: dict[str, Callable[[np.ndarray], np.ndarray]], representation: str
+) -> Callable[[np.ndarray], np.ndarray]:
+    if representation not in table:
+        raise ValueError(f"unknown rotation representation {representation!r}; use {sorted(table)}")
+    return table[representation]
+
+
 def to_matrix(values: np.ndarray, representation: str) -> np.ndarray:
-    try:
-        return _TO_MATRIX[representation](values)
-    except KeyError:
-        raise ValueError(
-            f"unknown rotation representation {representation!r}; use {sorted(_TO_MATRIX)}"
-        ) from None
+    return _converter(_TO_MATRIX, representation)(values)
 
 
 def from_matrix(m: np.ndarray, representation: str) -> np.ndarray:
-    try:
-        return _FROM_MATRIX[representation](m)
-    except KeyError:
-        raise ValueError(
-            f"unknown rotation representation {representation!r}; use {sorted(_FROM_MATRIX)}"
-        ) from None
+    return _converter(_FROM_MATRIX, representation)(m)
 
 
 def convert(values: np.ndarray, source: str, target: str) -> np.ndarray:
