@@ -3,6 +3,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,8 +113,6 @@ def test_bad_data_root_fails_before_training_with_the_path(tmp_path: Path) -> No
 def test_a_requeued_run_resumes_from_its_own_last_checkpoint(trained) -> None:
     tmp, run_dir, _ = trained
     again = tmp / "requeued"
-    import shutil
-
     shutil.copytree(run_dir, again, symlinks=True)
     result = _train(tmp, again, *SMALL_SYNTHETIC, "trainer.max_steps=6")  # resume: auto
     assert result.returncode == 0, result.stderr[-3000:]
