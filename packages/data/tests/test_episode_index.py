@@ -122,7 +122,7 @@ def test_the_index_cache_is_used_until_an_episode_changes(tmp_path: Path, monkey
     def no_reads(path):
         raise AssertionError(f"read {path} although the cache was valid")
 
-    monkeypatch.setattr(episode_index, "_read_group_attrs", no_reads)
+    monkeypatch.setattr(episode_index, "read_group_attrs", no_reads)
     assert resolve_episodes(root, filters={"task": "pour"}, cache_dir=tmp_path / "cache") == first
     shutil.rmtree(root / "ep3.zarr")
     with pytest.raises(AssertionError, match="although"):

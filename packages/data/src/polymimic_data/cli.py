@@ -19,11 +19,11 @@ from polymimic_data.data_faults import frame_faults
 from polymimic_data.embodiments import get_embodiment
 from polymimic_data.episode_index import (
     EpisodeValidationError,
-    _candidate_dirs,
-    _read_group_attrs,
+    episode_dirs,
+    read_group_attrs,
     resolve_episodes,
 )
-from polymimic_data.episode_store import EpisodeReader, episode_hash, is_incomplete
+from polymimic_data.episode_store import EpisodeReader, episode_hash
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -35,11 +35,9 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 def inspect(roots: Sequence[str]) -> int:
     rows, totals = [], defaultdict(lambda: [0, 0, 0.0])
     for root in roots:
-        for path in _candidate_dirs(Path(root)):
-            if is_incomplete(path):
-                continue
+        for path in episode_dirs(Path(root)):
             try:
-                attrs = _read_group_attrs(path)
+                attrs = read_group_attrs(path)
             except (OSError, ValueError) as exc:
                 rows.append([episode_hash(path), "?", "?", "?", "?", "?", f"unreadable: {exc}"])
                 continue
@@ -82,7 +80,7 @@ def _deep_problems(info: Any) -> list[str]:
         if len(values) < info.total_frames:
             problems.append(f"{key}: {len(values)} frames, total_frames is {info.total_frames}")
             continue
-        bad, reasons = frame_faults(key, values, slice(3, 7) if key.endswith("_pose") else None)
+        bad, reasons = frame_faults(key, values)
         if bad.any():
             first = int(bad.argmax())
             problems.append(f"{key}: {int(bad.sum())} bad frames (first {first}: {reasons[first]})")

@@ -27,12 +27,12 @@ import numpy as np
 import zarr
 
 from polymimic_data.atomic_files import write_json_atomic
-from polymimic_data.episode_index import _candidate_dirs, _read_group_attrs
-from polymimic_data.episode_store import _TMP_PREFIX, episode_hash
+from polymimic_data.episode_index import episode_dirs, read_group_attrs
+from polymimic_data.episode_store import INCOMPLETE_PREFIX, episode_hash
 
 log = logging.getLogger(__name__)
 APPLIED = "corrections_applied"
-_BACKUP = f"{_TMP_PREFIX}backup-"
+_BACKUP = f"{INCOMPLETE_PREFIX}backup-"
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def _recover_interrupted(root: Path) -> None:
 
 def _correct_episode(path: Path, correction: Correction) -> None:
     token = uuid.uuid4().hex[:8]
-    work = path.parent / f"{_TMP_PREFIX}{path.name}-{token}"
+    work = path.parent / f"{INCOMPLETE_PREFIX}{path.name}-{token}"
     shutil.copytree(path, work, copy_function=os.link)
     try:
         for key in correction.keys:
@@ -113,10 +113,8 @@ def apply_correction(
     if not dry_run:
         _recover_interrupted(root)
     results = []
-    for path in _candidate_dirs(root):
-        if path.name.startswith(_TMP_PREFIX):
-            continue
-        attrs = _read_group_attrs(path)
+    for path in episode_dirs(root):
+        attrs = read_group_attrs(path)
         if str(attrs.get("embodiment", "")).lower() not in correction.embodiments:
             action = "not applicable"
         elif name in attrs.get(APPLIED, []):

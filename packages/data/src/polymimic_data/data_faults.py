@@ -45,10 +45,12 @@ class BadDataError(RuntimeError):
     """The share of bad samples passed the configured limit."""
 
 
-def frame_faults(
-    key: str, values: np.ndarray, quaternion: slice | None
-) -> tuple[np.ndarray, list[str]]:
-    """Per frame: is it bad, and why (vectorised over time). `values` is (T, D)."""
+def frame_faults(key: str, values: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Per frame: is it bad, and why (vectorised over time). `values` is (T, D).
+
+    `*_pose` keys (xyz + quaternion w, x, y, z) also have their quaternion checked.
+    """
+    quaternion = slice(3, 7) if key.endswith("_pose") else None
     flat = values.reshape(len(values), -1)
     finite = np.isfinite(flat)
     nonfinite = ~finite.all(1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ class _LoadedEpisode:
     arrays: dict[str, np.ndarray]
     annotations: list[dict[str, Any]]
     bad: dict[str, tuple[np.ndarray, list[str]]]  # key -> (bad per frame, reason per frame)
+    fixed_reference: np.ndarray | None  # a layout frame that does not move (camera extrinsics)
 
 
 class _EpisodeCache:
@@ -49,12 +50,12 @@ class _EpisodeCache:
         self,
         episodes: Sequence[EpisodeInfo],
         keys: Sequence[str],
-        pose_keys: frozenset[str],
+        fixed_reference: Callable[[EpisodeInfo], np.ndarray | None],
         capacity: int,
     ) -> None:
         self._episodes = episodes
         self._keys = tuple(keys)
-        self._pose_keys = pose_keys
+        self._fixed_reference = fixed_reference
         self._capacity = capacity
         self._entries: OrderedDict[int, _LoadedEpisode] = OrderedDict()
 
@@ -74,12 +75,14 @@ class _EpisodeCache:
                     raise ValueError(
                         f"{len(arrays[key])} frames, total_frames is {reader.total_frames}"
                     )
-                quaternion = slice(3, 7) if key in self._pose_keys else None
-                mask, reasons = frame_faults(key, arrays[key], quaternion)
+                mask, reasons = frame_faults(key, arrays[key])
                 if mask.any():
                     bad[key] = (mask, reasons)
             key = "annotations"
-            entry = _LoadedEpisode(reader, arrays, reader.read_annotations(), bad)
+            annotations = reader.read_annotations()
+            key = "camera_extrinsics"
+            reference = self._fixed_reference(info)
+            entry = _LoadedEpisode(reader, arrays, annotations, bad, reference)
         except Exception as exc:
             raise SampleFault(DataFault(info.hash, key, -1, f"episode unreadable: {exc}")) from exc
         self._entries[episode] = entry
@@ -215,8 +218,7 @@ class EpisodeDataset(Dataset[Sample]):
         keys = sorted(
             set(self.recipe.state.keys) | set(self.recipe.actions.keys) | ({frame_key} - {None})
         )
-        pose_keys = frozenset(k for k in keys if k.endswith("_pose"))
-        self._cache = _EpisodeCache(self.episodes, keys, pose_keys, cache_episodes)
+        self._cache = _EpisodeCache(self.episodes, keys, self._camera_reference, cache_episodes)
         self._last_offset = max(off for _, off in self.recipe.actions.entries)
         # Per worker: the bad frames seen per episode, and the episodes dropped for them.
         self._bad_frames: dict[int, set[int]] = {}
@@ -259,15 +261,17 @@ class EpisodeDataset(Dataset[Sample]):
                         )
                         raise SampleFault(fault)
 
-    def _reference(self, episode: int, frame: int, loaded: _LoadedEpisode) -> np.ndarray | None:
-        """The pose the sample's vectors are expressed in, if the layout has a frame."""
-        if not self.recipe.frame:
+    def _camera_reference(self, info: EpisodeInfo) -> np.ndarray | None:
+        """An episode's camera pose for `camera:` layout frames (None when the identity)."""
+        if not (self.recipe.frame or "").startswith("camera:"):
             return None
-        if self.recipe.frame.startswith("camera:"):
-            camera = self.recipe.frame.removeprefix("camera:")
-            pose = self.spec.camera_pose(self.episodes[episode].attrs, camera)
-            identity = np.array([0.0, 0, 0, 1, 0, 0, 0])
-            return None if np.array_equal(pose, identity) else pose
+        pose = self.spec.camera_pose(info.attrs, self.recipe.frame.removeprefix("camera:"))
+        return None if np.array_equal(pose, [0.0, 0, 0, 1, 0, 0, 0]) else pose
+
+    def _reference(self, frame: int, loaded: _LoadedEpisode) -> np.ndarray | None:
+        """The pose the sample's vectors are expressed in, if the layout has a frame."""
+        if not self.recipe.frame or self.recipe.frame.startswith("camera:"):
+            return loaded.fixed_reference
         return loaded.arrays[self.recipe.frame][frame]
 
     def numeric_sample(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -276,11 +280,15 @@ class EpisodeDataset(Dataset[Sample]):
         Raises SampleFault when the window touches bad values.
         """
         episode, frame = self.locate(index)
-        loaded = self._cache.get(episode)
+        return self._numeric(episode, frame, self._cache.get(episode))
+
+    def _numeric(
+        self, episode: int, frame: int, loaded: _LoadedEpisode
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         self._check_numeric(episode, frame, loaded)
         n = self.episodes[episode].total_frames
         history, steps = self._windows(frame)
-        reference = self._reference(episode, frame, loaded)
+        reference = self._reference(frame, loaded)
         state = _assemble(self.recipe, self.recipe.state, loaded.arrays, history, reference)
         actions = _assemble(self.recipe, self.recipe.actions, loaded.arrays, steps, reference)
         mask = steps + self._last_offset <= n - 1
@@ -291,8 +299,8 @@ class EpisodeDataset(Dataset[Sample]):
         episode, frame = self.locate(index)
         if episode in self._dropped:
             raise SampleFault(DataFault(self.episodes[episode].hash, "*", frame, "episode dropped"))
-        state, actions, mask = self.numeric_sample(index)
         loaded = self._cache.get(episode)
+        state, actions, mask = self._numeric(episode, frame, loaded)
         sample: Sample = {
             "embodiment": self.spec.name,
             "state": torch.from_numpy(state),

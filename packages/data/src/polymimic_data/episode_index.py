@@ -14,8 +14,7 @@ import numpy as np
 
 from polymimic_data.atomic_files import write_json_atomic
 from polymimic_data.embodiments import get_embodiment
-from polymimic_data.episode_store import _TMP_PREFIX as _INCOMPLETE_PREFIX
-from polymimic_data.episode_store import episode_hash, is_incomplete
+from polymimic_data.episode_store import episode_hash
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class EpisodeValidationError(ValueError):
         return f"{len(self.problems)} bad episode(s):\n{lines}"
 
 
-def _read_group_attrs(path: Path) -> dict[str, Any]:
+def read_group_attrs(path: Path) -> dict[str, Any]:
     meta = json.loads((path / "zarr.json").read_text())
     if meta.get("node_type") != "group":
         raise ValueError("zarr.json is not a group")
@@ -92,7 +91,8 @@ def _candidate_paths(root: str) -> Iterable[str]:
             yield from _candidate_paths(entry.path)
 
 
-def _candidate_dirs(root: Path) -> Iterable[Path]:
+def episode_dirs(root: Path) -> Iterable[Path]:
+    """Every episode folder under `root` (hidden ones, e.g. unfinished writes, skipped)."""
     return map(Path, _candidate_paths(str(root)))
 
 
@@ -122,9 +122,8 @@ def _fingerprint(roots: Sequence[Path]) -> list[list[Any]]:
     out = []
     for root in roots:
         for path in _candidate_paths(str(root)):
-            if not os.path.basename(path).startswith(_INCOMPLETE_PREFIX):
-                meta = os.stat(os.path.join(path, "zarr.json")).st_mtime_ns
-                out.append([path, os.stat(path).st_mtime_ns, meta])
+            meta = os.stat(os.path.join(path, "zarr.json")).st_mtime_ns
+            out.append([path, os.stat(path).st_mtime_ns, meta])
     return out
 
 
@@ -207,12 +206,12 @@ def _resolve(
     problems: list[tuple[str, str]] = []
     seen: dict[str, Path] = {}
     for root in roots:
-        for path in _candidate_dirs(root):
+        for path in episode_dirs(root):
             h = episode_hash(path)
-            if is_incomplete(path) or (wanted is not None and h not in wanted):
+            if wanted is not None and h not in wanted:
                 continue
             try:
-                attrs = _read_group_attrs(path)
+                attrs = read_group_attrs(path)
             except (OSError, ValueError) as exc:
                 problems.append((str(path), f"cannot read group metadata ({exc})"))
                 continue

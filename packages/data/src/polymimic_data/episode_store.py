@@ -26,7 +26,8 @@ from polymimic_data.vlen_bytes_reader import VlenBytesArrayReader
 EPISODE_SUFFIX = ".zarr"
 FRAMES_PER_SHARD = 256
 NUMERIC_CHUNK_FRAMES = 4096  # numeric arrays are small: few files, read whole
-_TMP_PREFIX = ".incomplete-"
+# Unfinished writes live in hidden siblings; episode walkers skip hidden folders.
+INCOMPLETE_PREFIX = ".incomplete-"
 
 
 @contextmanager
@@ -91,7 +92,7 @@ class EpisodeWriter:
             **dict(metadata or {}),
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.parent / f"{_TMP_PREFIX}{self.path.name}-{uuid.uuid4().hex[:8]}"
+        self._tmp = self.path.parent / f"{INCOMPLETE_PREFIX}{self.path.name}-{uuid.uuid4().hex[:8]}"
         self._group = zarr.open_group(self._tmp, mode="w", zarr_format=3)
         self._keys: tuple[str, ...] | None = None
         self._buffers: dict[str, list[Any]] = {}
@@ -319,7 +320,3 @@ class EpisodeReader:
 def episode_hash(path: str | os.PathLike[str]) -> str:
     name = Path(path).name
     return name[: -len(EPISODE_SUFFIX)] if name.endswith(EPISODE_SUFFIX) else name
-
-
-def is_incomplete(path: Path) -> bool:
-    return path.name.startswith(_TMP_PREFIX)

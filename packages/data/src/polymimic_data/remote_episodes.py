@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from polymimic_data.atomic_files import write_json_atomic
 from polymimic_data.episode_index import _matches
-from polymimic_data.episode_store import _TMP_PREFIX, episode_hash
+from polymimic_data.episode_store import INCOMPLETE_PREFIX, episode_hash
 
 _MANIFESTS = ".remote-manifests"
 
@@ -82,7 +82,7 @@ def sync_remote_episodes(
     for remote, name, files in tqdm(
         todo, desc=f"downloading episodes from {url}", disable=not progress
     ):
-        tmp = local / f"{_TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+        tmp = local / f"{INCOMPLETE_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
         try:
             fs.get(f"{remote}/", str(tmp), recursive=True)
             if (local / name).exists():
