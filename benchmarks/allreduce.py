@@ -21,14 +21,14 @@ import subprocess
 import sys
 import time
 
+from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
+
 NETNS = ("pm-bench-0", "pm-bench-1")
 VETH = ("pm-veth0", "pm-veth1")
 ADDRESSES = ("192.168.213.1", "192.168.213.2")
 
 
-def emit(metric: str, value: float, unit: str, **extra: object) -> None:
-    line = {"benchmark": "allreduce", "metric": metric, "value": round(value, 5), "unit": unit}
-    print(json.dumps(line | extra), flush=True)
+emit = figure_printer("allreduce")
 
 
 def worker(args: argparse.Namespace) -> None:

@@ -7,26 +7,18 @@ Prints one JSON line per figure (DESIGN.md); each pair comes from the same run.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 
 from polymimic_data import EpisodeDataset, load_or_compute_norm_stats, resolve_episodes
 from polymimic_data.image_augmentation import ImageAugmentation
 from polymimic_data.synthetic import ensure_synthetic_episodes
 
-
-def emit(metric: str, value: float, unit: str, **extra: object) -> None:
-    line = {
-        "benchmark": "data_transforms",
-        "metric": metric,
-        "value": round(value, 4),
-        "unit": unit,
-    }
-    print(json.dumps(line | extra), flush=True)
+emit = figure_printer("data_transforms")
 
 
 def norm_stats(tmp: Path, frames: int = 20_000) -> None:

@@ -11,7 +11,6 @@ Prints one JSON line per figure (DESIGN.md). `ms_per_sample` and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -26,21 +25,14 @@ import numpy as np
 import simplejpeg
 import torch
 import zarr
+from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 
 from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
 from polymimic_data.dataloaders import make_dataloader, tune_worker_allocator
 from polymimic_data.embodiments import get_embodiment
 from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
 
-
-def emit(metric: str, value: float, unit: str, **extra: object) -> None:
-    print(
-        json.dumps(
-            {"benchmark": "loader", "metric": metric, "value": round(value, 4), "unit": unit}
-            | extra
-        ),
-        flush=True,
-    )
+emit = figure_printer("loader")
 
 
 def per_sample_figures(dataset: EpisodeDataset, samples: int, seed: int, rounds: int = 3) -> None:
@@ -207,16 +199,7 @@ def main() -> None:
             tiny = tiny_episodes(tmp, 10_000)
             resolve_figures(tiny, tmp / "cache")
             worker_rss_figures(tmp)
-    print(
-        json.dumps(
-            {
-                "benchmark": "loader",
-                "metric": "bench_peak_rss_mb",
-                "value": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                "unit": "MB",
-            }
-        )
-    )
+    emit("bench_peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "MB")
 
 
 if __name__ == "__main__":
