@@ -114,7 +114,13 @@ def test_a_requeued_run_resumes_from_its_own_last_checkpoint(trained) -> None:
     tmp, run_dir, _ = trained
     again = tmp / "requeued"
     shutil.copytree(run_dir, again, symlinks=True)
-    result = _train(tmp, again, *SMALL_SYNTHETIC, "trainer.max_steps=6")  # resume: auto
+    # resume: auto. 5 is off the validation interval (2): the summary must still be of step 5.
+    result = _train(tmp, again, *SMALL_SYNTHETIC, "trainer.max_steps=5")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from" in result.stderr + result.stdout
-    assert json.loads((again / "summary.json").read_text())["steps"] == 6
+    summary = json.loads((again / "summary.json").read_text())
+    assert summary["steps"] == 5
+    with (again / "metrics" / "metrics.csv").open() as f:
+        validated = [r for r in csv.DictReader(f) if r.get("val_action_error")]
+    assert validated[-1]["step"] == "5"
+    assert float(validated[-1]["val_action_error"]) == pytest.approx(summary["val_action_error"])

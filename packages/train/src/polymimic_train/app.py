@@ -74,7 +74,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if trainer.is_global_zero:
         record_run_start(run_dir, cfg, {n: s.to_json() for n, s in datamodule.norm_stats.items()})
     trainer.fit(module, datamodule=datamodule, ckpt_path=_resume_path(cfg.resume, run_dir))
-    if "val_action_error" not in trainer.callback_metrics:  # no validation since the last step
+    if module.validated_at_step != trainer.global_step:  # the summary is of the final weights
         trainer.validate(module, datamodule=datamodule, verbose=False)
 
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}

@@ -40,6 +40,7 @@ class PolicyModule(pl.LightningModule):
         self.augmentation = augmentation  # on the device, batched; a no-op in eval mode
         # Pooled over every validation loader (embodiment) and synced over ranks.
         self.val_error, self.val_baseline = MeanMetric(), MeanMetric()
+        self.validated_at_step: int | None = None  # the step the logged metrics belong to
 
     def training_step(self, batches: Mapping[str, dict[str, Any]], batch_idx: int) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
@@ -108,6 +109,8 @@ class PolicyModule(pl.LightningModule):
         self.log("baseline_action_error", self.val_baseline.compute(), sync_dist=True)
         self.val_error.reset()
         self.val_baseline.reset()
+        if not self.trainer.sanity_checking:
+            self.validated_at_step = self.global_step
 
     def configure_optimizers(self) -> Any:
         groups = self.policy.param_groups(self.lr, self.backbone_lr)
