@@ -3,6 +3,10 @@
     python benchmarks/loader.py                 # generated eva episodes, 3 x 480x640 cameras
     python benchmarks/loader.py --root DIR      # the same figures on any episode root
 
+Per-sample figures are measured on two generated roots: episodes written by polymimic's
+writer (`layout: polymimic`) and by EgoVerse's (`layout: egoverse`: zarr's default codecs,
+one zstd-compressed shard per array; see polymimic_data.egoverse_layout).
+
 Prints one JSON line per figure (DESIGN.md). `ms_per_sample` and
 `decode_floor_ms_per_sample` come from the same samples in the same run, as does
 `naive_zarr_ms_per_sample` (JPEGs read through zarr's array API, the common approach).
@@ -19,13 +23,16 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import simplejpeg
 import torch
 import zarr
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
+from torch.utils.data import DataLoader
 
 from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
 from polymimic_data.dataloaders import make_dataloader, tune_worker_allocator
@@ -35,7 +42,9 @@ from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
 emit = figure_printer("loader")
 
 
-def per_sample_figures(dataset: EpisodeDataset, samples: int, seed: int, rounds: int = 3) -> None:
+def per_sample_figures(
+    dataset: EpisodeDataset, samples: int, seed: int, layout: str, rounds: int = 3
+) -> None:
     """Ours and the decode floor over the same samples, interleaved; best of `rounds` each.
 
     Both run under the allocator settings of a loader worker (see dataloaders.py): without
@@ -86,22 +95,55 @@ def per_sample_figures(dataset: EpisodeDataset, samples: int, seed: int, rounds:
                 simplejpeg.decode_jpeg(data, colorspace="RGB", **kwargs)
         naive = (time.perf_counter() - start) / min(100, len(indices)) * 1e3
 
-    emit("ms_per_sample", best_ours, "ms", cameras=len(dataset.cameras), image_size=size)
-    emit("decode_floor_ms_per_sample", best_floor, "ms")
-    emit("ms_per_sample_over_floor", best_ours / best_floor, "ratio", goal="<= 1.25")
-    emit("naive_zarr_ms_per_sample", naive, "ms")
+    emit(
+        "ms_per_sample",
+        best_ours,
+        "ms",
+        layout=layout,
+        cameras=len(dataset.cameras),
+        image_size=size,
+        samples=len(indices),
+    )
+    emit("decode_floor_ms_per_sample", best_floor, "ms", layout=layout)
+    emit("ms_per_sample_over_floor", best_ours / best_floor, "ratio", layout=layout, goal="<= 1.25")
+    emit("naive_zarr_ms_per_sample", naive, "ms", layout=layout)
+
+
+def endless(loader: DataLoader) -> Iterator[Any]:
+    """Batches across epochs, however few a root holds."""
+    while True:
+        yield from loader
 
 
 def dataloader_figure(dataset: EpisodeDataset, batches: int) -> None:
-    loader = make_dataloader(dataset, batch_size=32, shuffle=True, num_workers=2)
-    it = iter(loader)
+    batch_size = min(32, len(dataset))
+    loader = make_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=2)
+    it = endless(loader)
     for _ in range(3):
         next(it)
     start = time.perf_counter()
     for _ in range(batches):
         next(it)
-    rate = batches * 32 / (time.perf_counter() - start)
-    emit("dataloader_samples_per_s", rate, "samples/s", workers=2, batch_size=32, goal=">= 400")
+    rate = batches * batch_size / (time.perf_counter() - start)
+    emit(
+        "dataloader_samples_per_s",
+        rate,
+        "samples/s",
+        workers=2,
+        batch_size=batch_size,
+        goal=">= 400",
+    )
+
+
+def root_dataset(root: Path) -> EpisodeDataset:
+    """Every camera of the first embodiment found under `root`, 2 state steps, 16 actions."""
+    episodes = resolve_episodes(root)
+    embodiment = episodes[0].embodiment
+    episodes = [e for e in episodes if e.embodiment == embodiment]
+    cameras = tuple(
+        c for c in get_embodiment(embodiment).cameras if (episodes[0].path / f"images.{c}").exists()
+    )
+    return EpisodeDataset(episodes, embodiment=embodiment, cameras=cameras, history=2, horizon=16)
 
 
 def tiny_episodes(root: Path, count: int) -> Path:
@@ -177,24 +219,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="polymimic-bench-") as tmp_name:
         tmp = Path(tmp_name)
         if args.root is None:
-            root = ensure_synthetic_episodes(
-                tmp, "eva_bimanual", episodes=20, frames=100, height=480, width=640
-            )
+            roots = {
+                layout: ensure_synthetic_episodes(
+                    tmp / layout,
+                    "eva_bimanual",
+                    episodes=20,
+                    frames=100,
+                    height=480,
+                    width=640,
+                    layout=layout,
+                )
+                for layout in ("polymimic", "egoverse")
+            }
         else:
-            root = args.root
-        episodes = resolve_episodes(root)
-        embodiment = episodes[0].embodiment
-        episodes = [e for e in episodes if e.embodiment == embodiment]
-        cameras = tuple(
-            c
-            for c in get_embodiment(embodiment).cameras
-            if (episodes[0].path / f"images.{c}").exists()
-        )
-        dataset = EpisodeDataset(
-            episodes, embodiment=embodiment, cameras=cameras, history=2, horizon=16
-        )
-        per_sample_figures(dataset, args.samples, seed=0)
-        dataloader_figure(dataset, args.batches)
+            roots = {"given": args.root}
+        for layout, root in roots.items():
+            per_sample_figures(root_dataset(root), args.samples, seed=0, layout=layout)
+        dataloader_figure(root_dataset(next(iter(roots.values()))), args.batches)
         if not args.skip_resolve:
             tiny = tiny_episodes(tmp, 10_000)
             resolve_figures(tiny, tmp / "cache")

@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 THIRD_PARTY = {
     "numpy",
     "zarr",
+    "numcodecs",
+    "google_crc32c",
     "torch",
     "simplejpeg",
     "tqdm",
@@ -28,7 +30,17 @@ THIRD_PARTY = {
 }
 ALLOWED: dict[str, set[str]] = {
     # fsspec: the optional `s3` extra, imported only inside remote_episodes' functions.
-    "data": {"numpy", "zarr", "torch", "simplejpeg", "tqdm", "fsspec"},
+    # numcodecs, google_crc32c: zarr's own codecs, used to read its chunks by byte range.
+    "data": {
+        "numpy",
+        "zarr",
+        "numcodecs",
+        "google_crc32c",
+        "torch",
+        "simplejpeg",
+        "tqdm",
+        "fsspec",
+    },
     "policies": {"torch", "torchvision", "transformers", "diffusers"},
     "strategies": {"torch", "lightning"},
     "eval": {"numpy", "torch", "av", "polymimic_data"},

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import zarr
+from torch.utils.data import DataLoader
 
 from polymimic_data import EpisodeDataset, collate_samples, resolve_episodes
 from polymimic_data.data_faults import BadDataError, DataFault, FaultLedger
@@ -71,25 +73,59 @@ def test_bad_numeric_values_are_replaced_and_reported(
     fault = DataFault(**sample["faults"][0])
     assert (fault.key, fault.frame, fault.reason) == (key, 12, reason)
     assert fault.episode == first.name.removesuffix(".zarr")
-    assert sample["frame"] != 12 and np.isfinite(sample["actions"].numpy()).all()
+    assert sample["episode"] != fault.episode and np.isfinite(sample["actions"].numpy()).all()
     assert ds[index + 5]["faults"] == []  # frame 17 does not touch frame 12
 
 
-def test_corrupt_jpeg_and_truncated_shard_are_replaced(tmp_path: Path) -> None:
+def test_a_corrupt_jpeg_is_replaced_from_another_episode(tmp_path: Path) -> None:
     first, second = _episodes(tmp_path, "eva_bimanual")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         zarr.open_array(first / "images.front_1", mode="r+")[3:4] = np.array(
             [b"not a jpeg"], dtype=object
         )
-    shard = second / "images.front_1" / "c" / "0"
-    shard.write_bytes(shard.read_bytes()[:100])
     ds = _dataset(tmp_path)
-    bad = ds[3]["faults"]
-    assert bad[0]["key"] == "images.front_1" and bad[0]["frame"] == 3
-    other = ds[20 + 4]["faults"]
-    assert other and other[0]["key"] == "images.front_1"
-    assert "c/0" in other[0]["reason"]
+    sample = ds[3]
+    assert [(f["key"], f["frame"], f["episode_dropped"]) for f in sample["faults"]] == [
+        ("images.front_1", 3, False)
+    ]
+    assert sample["episode"] == second.name.removesuffix(".zarr")
+    assert ds[4]["faults"] == []  # one bad frame does not condemn its neighbours
+
+
+def _truncate(shard: Path) -> None:
+    shard.write_bytes(shard.read_bytes()[:100])
+
+
+@pytest.mark.parametrize("layout", ["polymimic", "egoverse"])
+def test_a_truncated_shard_is_one_bad_sample_however_many_samples_meet_it(
+    tmp_path: Path, layout: str
+) -> None:
+    spec = get_embodiment("eva_bimanual")
+    paths = [
+        generate_episode(
+            tmp_path / f"ep{i:02d}", spec, frames=20, height=32, width=40, seed=i, layout=layout
+        )
+        for i in range(20)
+    ]
+    _truncate(paths[3] / "images.front_1" / "c" / "0")
+    ds = _dataset(tmp_path)
+    loader = DataLoader(
+        ds,
+        batch_size=16,
+        shuffle=True,
+        collate_fn=collate_samples,
+        generator=torch.Generator().manual_seed(0),
+    )
+    ledger = FaultLedger(max_bad_fraction=0.01, min_samples=len(ds))
+    for batch in loader:
+        assert "ep03" not in batch["episode"]
+        ledger.record(batch["data_faults"], samples=len(batch["state"]))
+    ledger.check()  # 1 of 400 samples: within the 1% limit
+    assert ledger.samples == 400 and ledger.bad_samples == 1
+    (fault,) = ledger.faults
+    assert (fault.episode, fault.key, fault.episode_dropped) == ("ep03", "images.front_1", True)
+    assert "c/0" in fault.reason
 
 
 def test_missing_key_drops_the_episode_and_samples_come_from_another(
@@ -118,19 +154,47 @@ def test_an_episode_past_the_threshold_is_dropped(tmp_path: Path, caplog) -> Non
     assert ds[18]["episode"] != first.name.removesuffix(".zarr")
 
 
-def test_batches_carry_faults_and_the_ledger_enforces_its_limit(tmp_path: Path) -> None:
+def test_a_sample_counts_once_however_many_tries_its_replacement_took(tmp_path: Path) -> None:
+    first, second = _episodes(tmp_path, "eva_bimanual")
+    _set(first, "left.gripper", 12, np.nan)
+    _truncate(second / "images.front_1" / "c" / "0")  # the only other episode is broken
+    ds = _dataset(tmp_path)
+    batch = collate_samples([ds[12], ds[0]])
+    (faults,) = batch["data_faults"]
+    assert [(f["episode"], f["key"]) for f in faults] == [
+        ("eva_bimanual-0", "left.gripper"),
+        ("eva_bimanual-1", "images.front_1"),
+    ]
+    ledger = FaultLedger(max_bad_fraction=0.01, min_samples=1)
+    ledger.record(batch["data_faults"], samples=2)
+    assert (ledger.bad_samples, len(ledger.faults)) == (1, 2)
+
+
+def test_the_ledger_judges_the_share_only_once_it_has_seen_enough(caplog) -> None:
+    fault = DataFault("e1", "left.gripper", 3, "NaN or inf")
+    ledger = FaultLedger(max_bad_fraction=0.01, min_samples=100)
+    with caplog.at_level(logging.WARNING):
+        ledger.record([[fault]], samples=16)
+        ledger.check()  # 1 of 16 says little about a data set
+        ledger.record([[fault]] * 5, samples=84)
+    assert sum("bad data replaced" in r.message for r in caplog.records) == 1  # reported once
+    with pytest.raises(BadDataError, match=r"6 of 100 samples were bad") as caught:
+        ledger.check()
+    assert "e1  left.gripper  NaN or inf: 6" in str(caught.value)
+    assert "validate ROOT --deep" in str(caught.value)
+
+
+def test_batches_carry_faults_and_the_ledger_summarises_each_epoch(tmp_path: Path) -> None:
     first, _ = _episodes(tmp_path, "eva_bimanual")
     _set(first, "left.gripper", 5, np.nan)
     ds = _dataset(tmp_path)
     batch = collate_samples([ds[i] for i in range(8)])
-    assert len(batch["data_faults"]) >= 1 and "faults" not in batch
-    assert all(s["episode"] == first.name.removesuffix(".zarr") for s in (ds[0], ds[7]))  # kept
-    ledger = FaultLedger(max_bad_fraction=0.7)
+    assert "faults" not in batch
+    # the state of frame 5, and the gripper actions (one frame ahead) of frames 1-4
+    assert [len(f) for f in batch["data_faults"]] == [1, 1, 1, 1, 1]
+    ledger = FaultLedger(max_bad_fraction=0.7, min_samples=8)
     ledger.record(batch["data_faults"], samples=8)
     ledger.check()
+    assert ledger.bad_fraction == 5 / 8
     assert "left.gripper" in ledger.end_epoch()
     assert ledger.end_epoch() == ""
-    strict = FaultLedger(max_bad_fraction=0.01)
-    strict.record(batch["data_faults"], samples=8)
-    with pytest.raises(BadDataError, match=first.name.removesuffix(".zarr")):
-        strict.check()

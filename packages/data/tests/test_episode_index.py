@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from polymimic_data import EpisodeIndex, episode_index, resolve_episodes, write_episode
-from polymimic_data.episode_index import EpisodeValidationError, job_cache_dir
+from polymimic_data.episode_index import EpisodeValidationError, job_cache_dir, scan_episodes
 
 
 def test_resolve_finds_each_embodiment(eva_root: Path, aria_root: Path) -> None:
@@ -34,6 +35,37 @@ def test_resolve_lists_every_bad_episode(eva_root: Path, tmp_path: Path) -> None
     assert "left.gripper" in reasons[str(episodes[0])]
     assert any("duplicate" in why for why in reasons.values())
     assert "cannot read" in reasons[str(episodes[2])]
+
+
+def test_emptied_and_headless_episodes_are_problems_and_stray_files_warnings(
+    eva_root: Path, tmp_path: Path, caplog
+) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(eva_root, root / "task")
+    episodes = sorted(p for p in (root / "task").iterdir() if p.suffix == ".zarr")
+    shutil.rmtree(episodes[0])
+    episodes[0].mkdir()  # emptied
+    (episodes[1] / "zarr.json").unlink()  # its arrays remain
+    (root / "README.txt").write_text("notes")
+    with caplog.at_level(logging.WARNING), pytest.raises(EpisodeValidationError) as info:
+        resolve_episodes(root)
+    reasons = dict(info.value.problems)
+    assert len(reasons) == 2
+    assert "empty folder" in reasons[str(episodes[0])]
+    assert "without the group's zarr.json" in reasons[str(episodes[1])]
+    scan = scan_episodes(root)
+    assert len(scan.episodes) == 4
+    assert scan.warnings == [(str(root / "README.txt"), episode_index.STRAY_FILE)]
+    shutil.rmtree(episodes[0])
+    shutil.rmtree(episodes[1])
+    with caplog.at_level(logging.WARNING):
+        assert len(resolve_episodes(root)) == 4
+    assert any("README.txt" in r.message for r in caplog.records)
+
+
+def test_a_root_that_is_an_episode_is_that_episode(eva_root: Path) -> None:
+    first = sorted(p for p in eva_root.iterdir() if p.suffix == ".zarr")[0]
+    assert [e.path for e in resolve_episodes(first)] == [first]
 
 
 def test_half_written_episodes_are_ignored(eva_root: Path, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The byte-range reader agrees with zarr on every layout and names corrupt files."""
+"""The byte-range reader agrees with zarr on every layout real writers make, never falls
+back to zarr on them, and names corrupt files."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import zarr
 import zarr.dtype
-from zarr.codecs import ZstdCodec
+from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ShardingCodec, ZstdCodec
 
 from polymimic_data.vlen_bytes_reader import FrameBytesError, VlenBytesArrayReader
 
@@ -27,11 +28,26 @@ def _array(path: Path, **layout) -> zarr.Array:
     return arr
 
 
+def _no_zarr() -> zarr.Array:
+    raise AssertionError("the reader fell back to zarr's array API")
+
+
 LAYOUTS = {
-    "sharded": ({"chunks": (1,), "shards": (8,), "compressors": None}, "sharded"),
+    # polymimic's writer: one frame per inner chunk, uncompressed, many frames to a shard
+    "polymimic": ({"chunks": (1,), "shards": (8,), "compressors": None}, "sharded"),
+    # EgoVerse's writer and zarr's defaults: one shard per array, zstd inner chunks
+    "egoverse": ({"chunks": (1,), "shards": (len(ITEMS) + 1,)}, "sharded"),
+    "zstd_shards": ({"chunks": (1,), "shards": (8,), "compressors": ZstdCodec()}, "sharded"),
+    "gzip_shards": ({"chunks": (1,), "shards": (8,), "compressors": GzipCodec()}, "sharded"),
+    "blosc_shards": ({"chunks": (1,), "shards": (8,), "compressors": BloscCodec()}, "sharded"),
+    "crc32c_chunks": (
+        {"chunks": (1,), "shards": (8,), "compressors": (ZstdCodec(), Crc32cCodec())},
+        "sharded",
+    ),
+    "inner_chunks_of_four": ({"chunks": (4,), "shards": (8,)}, "sharded"),
     "chunk_per_frame": ({"chunks": (1,), "compressors": None}, "plain"),
     "chunk_of_five": ({"chunks": (5,), "compressors": None}, "plain"),
-    "zstd": ({"chunks": (4,), "compressors": ZstdCodec()}, "zarr"),
+    "zstd_chunks": ({"chunks": (4,), "compressors": ZstdCodec()}, "plain"),
     "dot_keys": (
         {
             "chunks": (3,),
@@ -44,28 +60,87 @@ LAYOUTS = {
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
-def test_every_layout_reads_every_item(tmp_path: Path, name: str) -> None:
+def test_every_layout_reads_every_item_by_byte_range(tmp_path: Path, name: str) -> None:
     layout, mode = LAYOUTS[name]
     arr = _array(tmp_path / "ep", **layout)
-    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", lambda: arr)
+    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
     assert reader.mode == mode
+    assert [reader.get(i) for i in range(len(ITEMS))] == ITEMS
+    assert [bytes(v) for v in arr[:]] == ITEMS
+
+
+def test_index_at_the_start_of_the_shard(tmp_path: Path) -> None:
+    sharding = ShardingCodec(
+        chunk_shape=(1,), codecs=[zarr.codecs.VLenBytesCodec()], index_location="start"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        group = zarr.open_group(tmp_path / "ep", mode="w", zarr_format=3)
+        arr = group.create_array(
+            "images.front_1",
+            shape=(len(ITEMS),),
+            dtype=zarr.dtype.VariableLengthBytes(),
+            chunks=(8,),
+            serializer=sharding,
+            compressors=None,  # a compressor around the whole shard would hide its index
+        )
+        arr[:] = np.array(ITEMS, dtype=object)
+    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
+    assert reader.layout.index_at_start
     assert [reader.get(i) for i in range(len(ITEMS))] == ITEMS
 
 
-def test_truncated_shard_is_reported_with_its_path(tmp_path: Path) -> None:
-    _array(tmp_path / "ep", chunks=(1,), shards=(8,), compressors=None)
-    shard = tmp_path / "ep" / "images.front_1" / "c" / "1"
+def test_a_codec_it_does_not_know_goes_through_zarr(tmp_path: Path) -> None:
+    arr = _array(tmp_path / "ep", chunks=(4,), compressors=None)
+    meta_path = tmp_path / "ep" / "images.front_1" / "zarr.json"
+    meta = meta_path.read_text().replace('"name": "vlen-bytes"', '"name": "vlen-bytes-x"')
+    meta_path.write_text(meta)
+    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", lambda: arr)
+    assert reader.mode == "zarr" and reader.get(5) == ITEMS[5]
+
+
+@pytest.mark.parametrize("name", ["polymimic", "egoverse"])
+def test_truncated_shard_loses_the_whole_file_and_names_it(tmp_path: Path, name: str) -> None:
+    _array(tmp_path / "ep", **LAYOUTS[name][0])
+    shard = tmp_path / "ep" / "images.front_1" / "c" / "0"
     shard.write_bytes(shard.read_bytes()[:40])
-    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", lambda: None)
-    assert reader.get(0) == ITEMS[0]
-    with pytest.raises(FrameBytesError, match=r"c/1"):
-        reader.get(9)
+    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
+    with pytest.raises(FrameBytesError, match=r"c/0") as caught:
+        reader.get(3)
+    assert caught.value.whole_file
+
+
+def test_the_index_checksum_is_verified(tmp_path: Path) -> None:
+    _array(tmp_path / "ep", **LAYOUTS["egoverse"][0])
+    shard = tmp_path / "ep" / "images.front_1" / "c" / "0"
+    data = bytearray(shard.read_bytes())
+    data[-10] ^= 0xFF  # inside the index, not its checksum
+    shard.write_bytes(bytes(data))
+    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
+    with pytest.raises(FrameBytesError, match="crc32c checksum mismatch") as caught:
+        reader.get(0)
+    assert caught.value.whole_file
+
+
+def test_a_corrupt_inner_chunk_loses_only_its_frame(tmp_path: Path) -> None:
+    _array(tmp_path / "ep", chunks=(1,), shards=(8,), compressors=(ZstdCodec(), Crc32cCodec()))
+    shard = tmp_path / "ep" / "images.front_1" / "c" / "0"
+    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
+    offset, _ = reader._shard_index(shard)[2].tolist()
+    data = bytearray(shard.read_bytes())
+    data[offset + 9] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
+    with pytest.raises(FrameBytesError, match="inner chunk is corrupt") as caught:
+        reader.get(2)
+    assert not caught.value.whole_file
+    assert reader.get(1) == ITEMS[1] and reader.get(3) == ITEMS[3]
 
 
 def test_corrupt_chunk_is_reported(tmp_path: Path) -> None:
     _array(tmp_path / "ep", chunks=(5,), compressors=None)
     chunk = tmp_path / "ep" / "images.front_1" / "c" / "2"
     chunk.write_bytes(b"\x05\x00\x00\x00\xff\xff\xff\x00")
-    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", lambda: None)
+    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
     with pytest.raises(FrameBytesError, match="truncated"):
         reader.get(11)

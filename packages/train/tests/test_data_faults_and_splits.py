@@ -1,31 +1,57 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from polymimic_data import resolve_episodes, split_episodes
 from polymimic_data.data_faults import BadDataError
 from polymimic_data.synthetic import ensure_synthetic_episodes
 from polymimic_train.data_fault_monitor import DataFaultMonitor
 from polymimic_train.data_module import EmbodimentDataModule
 
 
-def _batch(faults: int, size: int = 10) -> dict:
+def _batch(bad: int, size: int = 10) -> dict:
     fault = {"episode": "e1", "key": "left.gripper", "frame": 3, "reason": "NaN or inf"}
     return {
         "embodiment": "eva_bimanual",
         "state": torch.zeros(size, 1, 16),
-        "data_faults": [fault] * faults,
+        "data_faults": [[fault]] * bad,
     }
 
 
-def test_monitor_counts_faults_across_embodiments_and_stops_past_the_limit() -> None:
-    monitor = DataFaultMonitor(max_bad_fraction=0.1)
+def test_monitor_counts_bad_samples_across_embodiments_and_stops_past_the_limit() -> None:
+    monitor = DataFaultMonitor(max_bad_fraction=0.1, min_samples=20)
     monitor.on_train_batch_end(None, None, None, {"eva": _batch(1), "aria": _batch(0)}, 0)  # type: ignore[arg-type]
-    assert monitor.ledger.samples == 20 and len(monitor.ledger.faults) == 1
+    assert monitor.ledger.samples == 20 and monitor.ledger.bad_samples == 1
     with pytest.raises(BadDataError, match=r"e1  left\.gripper  NaN or inf"):
         monitor.on_train_batch_end(None, None, None, {"eva": _batch(5)}, 1)  # type: ignore[arg-type]
+
+
+def test_validation_batches_are_counted_in_their_own_ledger() -> None:
+    monitor = DataFaultMonitor(max_bad_fraction=0.5, min_samples=1)
+    monitor.on_validation_batch_end(None, None, None, _batch(2), 0)  # type: ignore[arg-type]
+    assert (monitor.val_ledger.bad_samples, monitor.ledger.bad_samples) == (2, 0)
+    assert "e1" in monitor.val_ledger.end_epoch("in validation")
+
+
+SMALL_RUN = [
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "trainer.enable_progress_bar=false",
+    "data.num_workers=0",
+    "data.batch_size=4",
+    "data.norm.num_samples=50",
+    "model.d_model=32",
+    "model.num_heads=2",
+    "model.image_tokens=2",
+    "callbacks.trajectory_video.max_frames=6",
+]
 
 
 def _cfg(**overrides) -> dict:
@@ -122,3 +148,49 @@ def test_cotraining_weights_hold_over_an_epoch(root: Path, tmp_path: Path) -> No
     )
     share = counts["eva_bimanual"] / sum(counts.values())
     assert abs(share - 0.75) <= 0.01
+
+
+def test_a_run_meeting_truncated_shards_reports_them_and_finishes(tmp_path: Path) -> None:
+    """One broken episode in each split: both reported, by key and episode, and the run ends."""
+    root = ensure_synthetic_episodes(
+        tmp_path / "data",
+        "eva_bimanual",
+        episodes=8,
+        frames=20,
+        height=32,
+        width=40,
+        progress=False,
+    )
+    train, val = split_episodes(resolve_episodes(root), val_fraction=0.25, seed=0)
+    broken = [train[0], val[0]]
+    for episode in broken:
+        shard = episode.path / "images.front_1" / "c" / "0"
+        shard.write_bytes(shard.read_bytes()[:-500])
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "polymimic_train",
+            f"hydra.run.dir={run_dir}",
+            "data=episodes",
+            f"data.roots=[{root}]",
+            "data.val_fraction=0.25",
+            "data.image_size=[32,40]",
+            *SMALL_RUN,
+        ],
+        env=os.environ | {"POLYMIMIC_CACHE_DIR": str(tmp_path / "cache")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    for episode in broken:
+        assert f"bad data replaced: episode {episode.hash}, key images.front_1" in output
+    assert "no video of validation episode 0 of eva_bimanual" in output  # val[0] is broken
+    assert len(list((run_dir / "videos").glob("*.mp4"))) == 2  # episode 1 is shown instead
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 4
+    assert summary["data_faults"]["train_bad_samples"] >= 1
+    assert summary["data_faults"]["val_bad_samples"] >= 1

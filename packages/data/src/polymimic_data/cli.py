@@ -2,7 +2,8 @@
 
 polymimic-data inspect ROOT [ROOT ...]
 polymimic-data validate ROOT [ROOT ...] [--embodiment NAME] [--filter KEY=V1,V2 ...]
-                                        [--episodes H1,H2] [--deep]
+                                        [--episodes H1,H2] [--deep] [--workers N]
+polymimic-data correct NAME ROOT [ROOT ...] [--dry-run]
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from polymimic_data.corrections import CORRECTIONS, apply_correction
-from polymimic_data.data_faults import frame_faults
-from polymimic_data.embodiments import get_embodiment
+from polymimic_data.episode_checks import deep_problems
 from polymimic_data.episode_index import (
+    EPISODE,
     EpisodeValidationError,
-    episode_dirs,
     read_group_attrs,
-    resolve_episodes,
+    scan_episodes,
+    walk_root,
 )
-from polymimic_data.episode_store import EpisodeReader, episode_hash
+from polymimic_data.episode_store import episode_hash
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -35,7 +36,10 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 def inspect(roots: Sequence[str]) -> int:
     rows, totals = [], defaultdict(lambda: [0, 0, 0.0])
     for root in roots:
-        for path in episode_dirs(Path(root)):
+        for path, kind in walk_root(Path(root)):
+            if kind != EPISODE:
+                rows.append([episode_hash(path), "?", "?", "?", "?", "?", kind])
+                continue
             try:
                 attrs = read_group_attrs(path)
             except (OSError, ValueError) as exc:
@@ -71,54 +75,50 @@ def inspect(roots: Sequence[str]) -> int:
     return 0
 
 
-def _deep_problems(info: Any) -> list[str]:
-    spec = get_embodiment(info.embodiment)
-    reader = EpisodeReader(info.path)
-    problems = []
-    for key in spec.numeric_keys:
-        values = reader.read_numeric(key)
-        if len(values) < info.total_frames:
-            problems.append(f"{key}: {len(values)} frames, total_frames is {info.total_frames}")
-            continue
-        bad, reasons = frame_faults(key, values)
-        if bad.any():
-            first = int(bad.argmax())
-            problems.append(f"{key}: {int(bad.sum())} bad frames (first {first}: {reasons[first]})")
-    return problems
-
-
 def validate(
-    roots: Sequence[str], filters: dict[str, Any], episodes: list[str] | None, deep: bool
+    roots: Sequence[str],
+    filters: dict[str, Any],
+    episodes: list[str] | None,
+    *,
+    deep: bool,
+    workers: int | None = None,
 ) -> int:
     try:
-        found = resolve_episodes(roots, filters=filters, episodes=episodes)
-    except EpisodeValidationError as exc:
-        print(exc.full_report(), file=sys.stderr)
-        return 1
+        scan = scan_episodes(roots, filters=filters, episodes=episodes)
     except FileNotFoundError as exc:
         print(exc, file=sys.stderr)
         return 1
-    bad = []
+    for where, why in scan.warnings:
+        print(f"warning: {where}: {why}", file=sys.stderr)
+    problems = list(scan.problems)
     if deep:
-        for info in found:
-            bad += [(str(info.path), why) for why in _deep_problems(info)]
-    if bad:
-        print(EpisodeValidationError(bad).full_report(), file=sys.stderr)
+        problems += [p.row() for p in deep_problems(scan.episodes, workers=workers)]
+    checked = " (values and JPEGs checked)" if deep else ""
+    if problems:
+        print(EpisodeValidationError(problems).full_report(), file=sys.stderr)
+        bad = len({where for where, _ in problems})
+        print(f"{bad} bad of {len(scan.episodes) + len(scan.problems)} episodes{checked}")
         return 1
-    frames = sum(e.total_frames for e in found)
-    print(f"ok: {len(found)} episodes, {frames} frames" + (" (values checked)" if deep else ""))
+    if not scan.episodes:
+        print(f"no episodes found under {list(roots)} matching {filters}", file=sys.stderr)
+        return 1
+    frames = sum(e.total_frames for e in scan.episodes)
+    print(f"ok: {len(scan.episodes)} episodes, {frames} frames{checked}")
     return 0
 
 
 def correct(name: str, roots: Sequence[str], *, dry_run: bool) -> int:
+    """Non-zero when an episode had to be skipped; every other episode is still done."""
     counts: dict[str, int] = defaultdict(int)
     for root in roots:
         for result in apply_correction(root, name, dry_run=dry_run):
             counts[result.action] += 1
             if result.action in ("corrected", "would correct"):
                 print(f"{result.action}: {result.episode}")
+            elif result.action == "skipped":
+                print(f"skipped: {result.path}: {result.why}", file=sys.stderr)
     print(", ".join(f"{n} {action}" for action, n in sorted(counts.items())) or "no episodes")
-    return 0
+    return 1 if counts["skipped"] else 0
 
 
 def _parse_filters(items: Sequence[str], embodiment: str | None) -> dict[str, Any]:
@@ -147,8 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_validate.add_argument("--filter", action="append", default=[], metavar="KEY=V1,V2")
     p_validate.add_argument("--episodes", help="comma-separated hashes that must all be present")
     p_validate.add_argument(
-        "--deep", action="store_true", help="also check every value (NaN, 1e9, quaternions)"
+        "--deep",
+        action="store_true",
+        help="also check every value (NaN, 1e9, quaternions) and decode every JPEG",
     )
+    p_validate.add_argument("--workers", type=int, help="threads for --deep (default: one per CPU)")
     p_correct = sub.add_parser("correct", help="fix a known converter bug in episodes on disk")
     p_correct.add_argument("correction", choices=sorted(CORRECTIONS))
     p_correct.add_argument("roots", nargs="+", metavar="ROOT")
@@ -159,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "correct":
         return correct(args.correction, args.roots, dry_run=args.dry_run)
     episodes = args.episodes.split(",") if args.episodes else None
-    return validate(args.roots, _parse_filters(args.filter, args.embodiment), episodes, args.deep)
+    filters = _parse_filters(args.filter, args.embodiment)
+    return validate(args.roots, filters, episodes, deep=args.deep, workers=args.workers)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,9 @@ CORRECTIONS = {
 @dataclass(frozen=True)
 class CorrectionResult:
     episode: str
-    action: str  # "corrected", "would correct", "already applied", "not applicable"
+    action: str  # "corrected", "would correct", "already applied", "not applicable", "skipped"
+    path: Path | None = None
+    why: str = ""  # for "skipped": what made the episode unreadable or its correction fail
 
 
 def _recover_interrupted(root: Path) -> None:
@@ -114,15 +116,25 @@ def apply_correction(
         _recover_interrupted(root)
     results = []
     for path in episode_dirs(root):
-        attrs = read_group_attrs(path)
-        if str(attrs.get("embodiment", "")).lower() not in correction.embodiments:
-            action = "not applicable"
-        elif name in attrs.get(APPLIED, []):
-            action = "already applied"
-        elif dry_run:
-            action = "would correct"
-        else:
-            _correct_episode(path, correction)
-            action = "corrected"
-        results.append(CorrectionResult(episode_hash(path), action))
+        try:
+            action = _apply(path, correction, dry_run=dry_run)
+        except Exception as exc:  # one broken episode must not stop the others
+            results.append(CorrectionResult(episode_hash(path), "skipped", path, str(exc)))
+            continue
+        results.append(CorrectionResult(episode_hash(path), action, path))
     return results
+
+
+def _apply(path: Path, correction: Correction, *, dry_run: bool) -> str:
+    try:
+        attrs = read_group_attrs(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read group metadata ({exc})") from exc
+    if str(attrs.get("embodiment", "")).lower() not in correction.embodiments:
+        return "not applicable"
+    if correction.name in attrs.get(APPLIED, []):
+        return "already applied"
+    if dry_run:
+        return "would correct"
+    _correct_episode(path, correction)
+    return "corrected"

@@ -1,25 +1,31 @@
 """Bad data found while loading: what it was, where, and what to do about it.
 
-A fault never takes a run down by itself: the sample is replaced by a valid one and the
-fault is reported with the episode hash, key, frame and reason. An episode with too many
-faults is dropped with a warning; a run whose bad fraction passes its limit stops with
-an error that lists the worst episodes.
+A fault never takes a run down by itself: the sample is replaced by a valid one (from
+another episode where there is one) and the fault is reported with the episode hash,
+key, frame and reason. A sample counts once however many tries its replacement took.
+An episode whose file is broken (a missing or truncated shard, an unreadable group) or
+that has too many bad frames is dropped with one warning, and its samples are replaced
+silently from then on. A run whose share of bad samples passes its limit stops with an
+error that lists the worst episodes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from polymimic_data.vlen_bytes_reader import FrameBytesError
+
 log = logging.getLogger(__name__)
 
 NOT_DETECTED = 1e8  # human pipelines store missing detections as 1e9
 QUATERNION_TOLERANCE = 0.05
+EPISODE_DROPPED = "episode dropped"
 
 
 @dataclass(frozen=True)
@@ -28,21 +34,43 @@ class DataFault:
     key: str
     frame: int
     reason: str
+    episode_dropped: bool = False  # the fault made the loader drop the whole episode
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def where(self) -> tuple[str, str, int]:
+        return self.episode, self.key, self.frame
+
 
 class SampleFault(Exception):
-    """A sample cannot be built; carries the fault to report."""
+    """A sample cannot be built; carries the fault to report.
 
-    def __init__(self, fault: DataFault) -> None:
+    `whole_episode`: the fault is not of one frame (an unreadable group, a missing key, a
+    broken shard), so every sample of the episode would meet it.
+    """
+
+    def __init__(self, fault: DataFault, *, whole_episode: bool = False) -> None:
         super().__init__(f"{fault.episode} {fault.key} frame {fault.frame}: {fault.reason}")
         self.fault = fault
+        self.whole_episode = whole_episode
+
+
+def read_fault(episode: str, key: str, frame: int, exc: Exception) -> SampleFault:
+    """The fault of a failed read: of the whole episode when its file, not a frame, is broken."""
+    missing_key = isinstance(exc, KeyError)
+    reason = str(exc.args[0]) if missing_key and exc.args else str(exc)
+    whole = missing_key or (isinstance(exc, FrameBytesError) and exc.whole_file)
+    return SampleFault(DataFault(episode, key, frame, reason), whole_episode=whole)
 
 
 class BadDataError(RuntimeError):
     """The share of bad samples passed the configured limit."""
+
+
+class NoValidSampleError(RuntimeError):
+    """Every sample tried as a stand-in for a bad one was bad too."""
 
 
 def frame_faults(key: str, values: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -70,51 +98,141 @@ def frame_faults(key: str, values: np.ndarray) -> tuple[np.ndarray, list[str]]:
     return bad, reasons.tolist()
 
 
-class FaultLedger:
-    """Counts faults against samples seen, in the main process; summarises each epoch."""
+class EpisodeFaults:
+    """Per dataset copy (one per loader worker): what is known bad, and what stands in.
 
-    def __init__(self, *, max_bad_fraction: float) -> None:
+    Holds the bad frames seen per episode and the dropped episodes. An episode is dropped
+    at its first whole-episode fault, or once it has more bad frames than
+    `max_bad_fraction` of its length (at least one is always tolerated).
+    """
+
+    def __init__(
+        self,
+        hashes: Sequence[str],
+        frames: Sequence[int],
+        *,
+        max_bad_fraction: float,
+        describe: Callable[[int], str] = str,
+    ) -> None:
+        self._hashes = list(hashes)
+        self._frames = list(frames)
         self.max_bad_fraction = max_bad_fraction
+        self._describe = describe
+        self.bad_frames: dict[int, set[int]] = {}
+        self.dropped: set[int] = set()
+
+    def check_not_dropped(self, episode: int, frame: int) -> None:
+        if episode in self.dropped:
+            raise SampleFault(DataFault(self._hashes[episode], "*", frame, EPISODE_DROPPED))
+
+    def note(self, exc: SampleFault, episode: int) -> DataFault | None:
+        """Record a fault; the fault to report, or None when the episode was already dropped."""
+        if episode in self.dropped:
+            return None
+        fault = exc.fault
+        bad = self.bad_frames.setdefault(episode, set())
+        bad.add(fault.frame)
+        limit = max(1.0, self.max_bad_fraction * self._frames[episode])
+        if exc.whole_episode or len(bad) > limit:
+            self.dropped.add(episode)
+            fault = DataFault(fault.episode, fault.key, fault.frame, fault.reason, True)
+            log.warning(
+                "dropping episode %s (%s): %s; last: %s frame %d: %s",
+                fault.episode,
+                self._describe(episode),
+                "its file is broken" if exc.whole_episode else f"{len(bad)} bad frames",
+                fault.key,
+                fault.frame,
+                fault.reason,
+            )
+        return fault
+
+    def replacement(
+        self, index: int, attempt: int, size: int, episode_of: Callable[[int], int]
+    ) -> int:
+        """A stand-in for sample `index`, deterministic in (index, attempt).
+
+        Drawn from the other, undropped episodes where there are any: the frames next to a
+        bad one are likely bad too (a broken shard holds many).
+        """
+        rng = np.random.default_rng([index, attempt])
+        bad_episode = episode_of(index)
+        candidate = int(rng.integers(size))
+        for _ in range(16):
+            episode = episode_of(candidate)
+            if episode != bad_episode and episode not in self.dropped:
+                break
+            candidate = int(rng.integers(size))
+        return candidate
+
+
+class FaultLedger:
+    """Counts bad samples against samples seen, in the main process; summarises each epoch.
+
+    The share of bad samples is judged once `min_samples` have been seen (a single bad
+    sample in the first batch says little about a data set).
+    """
+
+    def __init__(self, *, max_bad_fraction: float, min_samples: int = 1000) -> None:
+        self.max_bad_fraction = max_bad_fraction
+        self.min_samples = min_samples
         self.samples = 0
+        self.bad_samples = 0
         self.faults: list[DataFault] = []
+        self._reported: set[tuple[str, str, int]] = set()
         self._epoch_start = 0
 
-    def record(self, faults: Iterable[Mapping[str, Any] | DataFault], samples: int) -> None:
-        new = [f if isinstance(f, DataFault) else DataFault(**f) for f in faults]
-        for fault in new:
-            log.warning(
-                "bad data replaced: episode %s, key %s, frame %d: %s", *asdict(fault).values()
-            )
-        self.faults += new
+    def record(
+        self, replaced: Iterable[Iterable[Mapping[str, Any] | DataFault]], samples: int
+    ) -> None:
+        """One batch: `replaced` holds, per replaced sample, the faults met replacing it."""
+        for faults in replaced:
+            new = [f if isinstance(f, DataFault) else DataFault(**f) for f in faults]
+            self.bad_samples += bool(new)
+            for fault in new:
+                if fault.where not in self._reported:
+                    self._reported.add(fault.where)
+                    log.warning(
+                        "bad data replaced: episode %s, key %s, frame %d: %s%s",
+                        fault.episode,
+                        fault.key,
+                        fault.frame,
+                        fault.reason,
+                        " (episode dropped)" if fault.episode_dropped else "",
+                    )
+            self.faults += new
         self.samples += samples
 
     @property
     def bad_fraction(self) -> float:
-        return len(self.faults) / max(self.samples, 1)
+        return self.bad_samples / max(self.samples, 1)
 
     def check(self) -> None:
-        if self.samples and self.bad_fraction > self.max_bad_fraction:
+        if self.samples >= self.min_samples and self.bad_fraction > self.max_bad_fraction:
             raise BadDataError(
-                f"{len(self.faults)} of {self.samples} samples were bad "
+                f"{self.bad_samples} of {self.samples} samples were bad "
                 f"({self.bad_fraction:.1%} > limit {self.max_bad_fraction:.1%}); worst episodes:\n"
                 + self._table(self.faults)
-                + "\nFix or exclude these episodes (`polymimic-data validate ROOT` lists them), "
-                "or raise data.faults.max_bad_fraction."
+                + "\nFix or exclude these episodes (`polymimic-data validate ROOT --deep` lists "
+                "every bad frame), or raise data.faults.max_bad_fraction."
             )
 
-    def end_epoch(self) -> str:
-        """A summary of this epoch's faults (empty when there were none)."""
+    def end_epoch(self, what: str = "this epoch") -> str:
+        """A summary of the faults since the last summary (empty when there were none)."""
         faults = self.faults[self._epoch_start :]
         self._epoch_start = len(self.faults)
         if not faults:
             return ""
-        summary = f"{len(faults)} bad samples replaced this epoch:\n{self._table(faults)}"
+        summary = f"{len(faults)} bad frames met and replaced {what}:\n{self._table(faults)}"
         log.warning(summary)
         return summary
 
     @staticmethod
     def _table(faults: list[DataFault], rows: int = 10) -> str:
-        by_episode = Counter((f.episode, f.key, f.reason) for f in faults)
+        by_episode = Counter(
+            (f.episode, f.key, f.reason + (" (episode dropped)" if f.episode_dropped else ""))
+            for f in faults
+        )
         return "\n".join(
             f"  {episode}  {key}  {reason}: {count}"
             for (episode, key, reason), count in by_episode.most_common(rows)

@@ -19,7 +19,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from polymimic_data.data_faults import DataFault, SampleFault, frame_faults
+from polymimic_data.data_faults import (
+    DataFault,
+    EpisodeFaults,
+    NoValidSampleError,
+    SampleFault,
+    frame_faults,
+    read_fault,
+)
 from polymimic_data.embodiments import LayoutRecipe, VectorRecipe, get_embodiment
 from polymimic_data.episode_index import EpisodeIndex, EpisodeInfo
 from polymimic_data.episode_store import EpisodeReader
@@ -84,7 +91,8 @@ class _EpisodeCache:
             reference = self._fixed_reference(info)
             entry = _LoadedEpisode(reader, arrays, annotations, bad, reference)
         except Exception as exc:
-            raise SampleFault(DataFault(info.hash, key, -1, f"episode unreadable: {exc}")) from exc
+            fault = DataFault(info.hash, key, -1, f"episode unreadable: {exc}")
+            raise SampleFault(fault, whole_episode=True) from exc
         self._entries[episode] = entry
         if len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
@@ -108,9 +116,9 @@ def _read(values: np.ndarray, frames: np.ndarray, pose: bool) -> np.ndarray:
     Linearly, and by SLERP for the quaternion of a pose.
     """
     n = len(values)
-    if frames.dtype.kind != "f":
-        return values[np.clip(frames, 0, n - 1)].reshape(len(frames), -1)
-    frames = np.clip(frames, 0, n - 1)
+    if frames.dtype.kind != "f":  # (np.clip costs more than the read itself)
+        return values[np.minimum(np.maximum(frames, 0), n - 1)].reshape(len(frames), -1)
+    frames = np.minimum(np.maximum(frames, 0), n - 1)
     lo = np.floor(frames).astype(np.int64)
     hi = np.minimum(lo + 1, n - 1)
     w = (frames - lo)[:, None]
@@ -147,7 +155,7 @@ def _assemble(
         else:
             wrist = values if key.endswith("_pose") else wrist
             parts.append(values)
-    return np.concatenate(parts, axis=1).astype(np.float32)
+    return np.concatenate(parts, axis=1, dtype=np.float32)
 
 
 def prompt_at(annotations: list[dict[str, Any]], frame: int) -> str:
@@ -220,9 +228,12 @@ class EpisodeDataset(Dataset[Sample]):
         )
         self._cache = _EpisodeCache(self.episodes, keys, self._camera_reference, cache_episodes)
         self._last_offset = max(off for _, off in self.recipe.actions.entries)
-        # Per worker: the bad frames seen per episode, and the episodes dropped for them.
-        self._bad_frames: dict[int, set[int]] = {}
-        self._dropped: set[int] = set()
+        self._faults = EpisodeFaults(
+            [e.hash for e in self.episodes],
+            [e.total_frames for e in self.episodes],
+            max_bad_fraction=max_bad_fraction_per_episode,
+            describe=lambda episode: str(self.episodes[episode].path),
+        )
 
     def __len__(self) -> int:
         return len(self._frames) if self._frames is not None else len(self._index)
@@ -297,8 +308,7 @@ class EpisodeDataset(Dataset[Sample]):
 
     def _build(self, index: int) -> Sample:
         episode, frame = self.locate(index)
-        if episode in self._dropped:
-            raise SampleFault(DataFault(self.episodes[episode].hash, "*", frame, "episode dropped"))
+        self._faults.check_not_dropped(episode, frame)
         loaded = self._cache.get(episode)
         state, actions, mask = self._numeric(episode, frame, loaded)
         sample: Sample = {
@@ -315,62 +325,40 @@ class EpisodeDataset(Dataset[Sample]):
                 jpeg = loaded.reader.read_jpeg(camera, frame)
                 sample[f"images.{camera}"] = decode_jpeg(jpeg, self.image_size)
             except Exception as exc:
-                fault = DataFault(self.episodes[episode].hash, f"images.{camera}", frame, str(exc))
-                raise SampleFault(fault) from exc
+                hash_ = self.episodes[episode].hash
+                raise read_fault(hash_, f"images.{camera}", frame, exc) from exc
         return sample
 
-    def _note_fault(self, fault: DataFault, episode: int) -> None:
-        if fault.reason == "episode dropped" or episode in self._dropped:
-            return
-        bad = self._bad_frames.setdefault(episode, set())
-        bad.add(fault.frame)
-        count = len(bad)
-        frames = self.episodes[episode].total_frames
-        if fault.frame < 0 or count > max(1.0, self.max_bad_fraction_per_episode * frames):
-            self._dropped.add(episode)
-            log.warning(
-                "dropping episode %s (%s): %d bad frames; last: %s %s",
-                fault.episode,
-                self.episodes[episode].path,
-                count,
-                fault.key,
-                fault.reason,
-            )
-
-    def _replacement(self, index: int, attempt: int) -> int:
-        """Another frame of the same episode first, then of other episodes (deterministic)."""
-        if attempt <= 4 and self._frames is None:
-            episode, frame = self.locate(index)
-            n = self.episodes[episode].total_frames
-            start = index - frame
-            return start + (frame + attempt * max(1, n // 5) + 1) % n
-        rng = np.random.default_rng([index, attempt])
-        return int(rng.integers(len(self)))
-
     def __getitem__(self, index: int) -> Sample:
+        """The sample at `index`, or a stand-in for it; `faults` lists what was met on the way."""
         faults: list[DataFault] = []
         current = index
         for attempt in range(1, _MAX_REPLACEMENTS + 1):
             try:
                 sample = self._build(current)
             except SampleFault as exc:
-                if exc.fault.reason != "episode dropped":
-                    faults.append(exc.fault)
-                self._note_fault(exc.fault, self.locate(current)[0])
-                current = self._replacement(index, attempt)
+                fault = self._faults.note(exc, self.locate(current)[0])
+                if fault is not None:
+                    faults.append(fault)
+                current = self._faults.replacement(
+                    index, attempt, len(self), lambda i: self.locate(i)[0]
+                )
                 continue
             sample["faults"] = [f.to_dict() for f in faults]
             return sample
-        raise RuntimeError(
-            f"no valid sample found in {_MAX_REPLACEMENTS} tries starting at {index}; faults: "
+        raise NoValidSampleError(
+            f"no valid sample found in {_MAX_REPLACEMENTS} tries for sample {index} of "
+            f"{len(self)} ({len(self._faults.dropped)} of {len(self.episodes)} episodes dropped);"
+            " faults: "
             + "; ".join(str(SampleFault(f)) for f in faults[:5])
+            + ". `polymimic-data validate ROOT --deep` lists every bad frame."
         )
 
 
 def collate_samples(samples: list[Sample]) -> dict[str, Any]:
     """Stack samples of one embodiment into a batch of the contract in DESIGN.md.
 
-    `data_faults` gathers the faults that samples were replaced for.
+    `data_faults` has one entry per sample that was replaced: the faults met replacing it.
     """
     if not samples:
         raise ValueError("cannot collate an empty list of samples")
@@ -392,7 +380,7 @@ def collate_samples(samples: list[Sample]) -> dict[str, Any]:
             batch[key] = torch.tensor([s[key] for s in samples], dtype=torch.long)
         else:
             batch[key] = [s[key] for s in samples]
-    batch["data_faults"] = [f for s in samples for f in s.get("faults", ())]
+    batch["data_faults"] = [s["faults"] for s in samples if s.get("faults")]
     return batch
 
 

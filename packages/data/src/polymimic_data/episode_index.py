@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ import numpy as np
 from polymimic_data.atomic_files import write_json_atomic
 from polymimic_data.embodiments import get_embodiment
 from polymimic_data.episode_store import episode_hash
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,22 +81,69 @@ def _check_episode(path: Path, attrs: dict[str, Any]) -> str | None:
     return None
 
 
-def _candidate_paths(root: str) -> Iterable[str]:
-    """Folders holding a zarr.json under `root`, depth-first, sorted, hidden ones skipped."""
-    with os.scandir(root) as it:
-        entries = sorted(
-            (e for e in it if e.is_dir() and not e.name.startswith(".")), key=lambda e: e.name
-        )
+EPISODE = "episode"
+EMPTY_FOLDER = "empty folder (an emptied episode?)"
+NO_GROUP_METADATA = "zarr arrays without the group's zarr.json (an episode with lost metadata?)"
+STRAY_FILE = "a file where episodes or folders of them were expected"
+
+
+def _is_array(path: str) -> bool:
+    try:
+        with open(os.path.join(path, "zarr.json"), "rb") as f:
+            return json.load(f).get("node_type") == "array"
+    except (OSError, ValueError):
+        return False
+
+
+def _walk(folder: str) -> Iterator[tuple[str, str]]:
+    """(path, kind) under `folder`, depth-first, sorted.
+
+    Kinds: EPISODE (a folder with a zarr.json), EMPTY_FOLDER, NO_GROUP_METADATA,
+    STRAY_FILE; other folders are searched. Hidden names (unfinished writes) are skipped.
+    """
+    with os.scandir(folder) as it:
+        entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
     for entry in entries:
-        if os.path.exists(os.path.join(entry.path, "zarr.json")):
-            yield entry.path
+        if not entry.is_dir():
+            yield entry.path, STRAY_FILE
+        elif os.path.exists(os.path.join(entry.path, "zarr.json")):
+            yield entry.path, EPISODE
         else:
-            yield from _candidate_paths(entry.path)
+            yield from _walk_folder(entry.path)
+
+
+def _walk_folder(folder: str) -> Iterator[tuple[str, str]]:
+    with os.scandir(folder) as it:
+        children = sorted(e.path for e in it if not e.name.startswith("."))
+    if not children:
+        yield folder, EMPTY_FOLDER
+        return
+    first_node = next((c for c in children if os.path.exists(os.path.join(c, "zarr.json"))), None)
+    if first_node is not None and _is_array(first_node):
+        yield folder, NO_GROUP_METADATA
+        return
+    yield from _walk(folder)
+
+
+def walk_root(root: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
+    """Every entry under `root` that is an episode or should have been: (path, kind).
+
+    A root that is itself an episode is its only entry.
+    """
+    if os.path.exists(os.path.join(root, "zarr.json")) and not _is_array(str(root)):
+        yield Path(root), EPISODE
+        return
+    for path, kind in _walk(str(root)):
+        yield Path(path), kind
+
+
+def _candidate_paths(root: str) -> Iterable[str]:
+    return (str(path) for path, kind in walk_root(root) if kind == EPISODE)
 
 
 def episode_dirs(root: Path) -> Iterable[Path]:
     """Every episode folder under `root` (hidden ones, e.g. unfinished writes, skipped)."""
-    return map(Path, _candidate_paths(str(root)))
+    return (path for path, kind in walk_root(root) if kind == EPISODE)
 
 
 _ATTRIBUTE_ALIASES = {"task": "task_name"}
@@ -138,6 +188,78 @@ def _cache_path(
     return cache_dir / f"episode_index-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
+def _root_list(roots: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
+    root_list = [Path(r) for r in ([roots] if isinstance(roots, str | os.PathLike) else roots)]
+    for root in root_list:
+        if not root.is_dir():
+            raise FileNotFoundError(f"data root {root} does not exist or is not a folder")
+    return root_list
+
+
+@dataclass
+class EpisodeScan:
+    """What a walk over data roots found.
+
+    `problems`: (where, why) for every episode that cannot be trained on, or folder that
+    should have been one; `warnings`: (where, why) for what is out of place but harmless.
+    """
+
+    episodes: list[EpisodeInfo]
+    problems: list[tuple[str, str]]
+    warnings: list[tuple[str, str]]
+
+
+def scan_episodes(
+    roots: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    filters: Mapping[str, Any] | None = None,
+    episodes: Sequence[str] | None = None,
+) -> EpisodeScan:
+    """Every episode under `roots` that matches, and everything wrong on the way.
+
+    Never raises for bad episodes (resolve_episodes does); see it for the filters.
+    """
+    filters = dict(filters or {})
+    wanted = set(episodes) if episodes is not None else None
+    scan = EpisodeScan([], [], [])
+    if episodes is not None:
+        duplicated = sorted({h for h in episodes if list(episodes).count(h) > 1})
+        scan.problems += [(h, "listed more than once") for h in duplicated]
+    seen: dict[str, Path] = {}
+    met: set[str] = set()  # hashes of every entry looked at, good or bad
+    for root in _root_list(roots):
+        for path, kind in walk_root(root):
+            h = episode_hash(path)
+            if wanted is not None and h not in wanted:
+                continue
+            met.add(h)
+            if kind == STRAY_FILE:
+                scan.warnings.append((str(path), kind))
+                continue
+            if kind != EPISODE:
+                scan.problems.append((str(path), kind))
+                continue
+            try:
+                attrs = read_group_attrs(path)
+            except (OSError, ValueError) as exc:
+                scan.problems.append((str(path), f"cannot read group metadata ({exc})"))
+                continue
+            if not _matches(attrs, filters):
+                continue
+            why = _check_episode(path, attrs)
+            if why:
+                scan.problems.append((str(path), why))
+            elif h in seen:
+                scan.problems.append((str(path), f"duplicate episode hash, also at {seen[h]}"))
+            else:
+                seen[h] = path
+                scan.episodes.append(_info(path, attrs))
+    if wanted is not None:
+        missing = sorted(wanted - met)
+        scan.problems += [(h, "listed but not found under the roots") for h in missing]
+    return scan
+
+
 def resolve_episodes(
     roots: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
@@ -150,22 +272,15 @@ def resolve_episodes(
 
     `filters` maps attribute names (`embodiment`, `task`, `operator`, `lab`, any other) to
     a value or a list of values; `episodes` lists exact hashes instead, all of which must be
-    present. Raises EpisodeValidationError listing every bad episode and why. Half-written
-    episodes (left by an interrupted atomic write) are never picked up. With `cache_dir`,
-    the result is cached, keyed by roots, filters and the episodes' modification times.
+    present. Raises EpisodeValidationError listing every bad episode (and emptied episode
+    folder) and why; stray files are logged as warnings. Half-written episodes (left by an
+    interrupted atomic write) are never picked up. With `cache_dir`, the result is cached,
+    keyed by roots, filters and the episodes' modification times.
     """
-    root_list = [Path(r) for r in ([roots] if isinstance(roots, str | os.PathLike) else roots)]
-    for root in root_list:
-        if not root.is_dir():
-            raise FileNotFoundError(f"data root {root} does not exist or is not a folder")
+    root_list = _root_list(roots)
     filters = dict(filters or {})
     if embodiment is not None:
         filters["embodiment"] = embodiment
-    if episodes is not None:
-        duplicated = sorted({h for h in episodes if list(episodes).count(h) > 1})
-        if duplicated:
-            raise EpisodeValidationError([(h, "listed more than once") for h in duplicated])
-
     cache = _cache_path(Path(cache_dir), root_list, filters, episodes) if cache_dir else None
     fingerprint = _fingerprint(root_list) if cache else None
     if cache is not None and cache.exists():
@@ -177,7 +292,16 @@ def resolve_episodes(
                 )
                 for e in cached["episodes"]
             ]
-    found = _resolve(root_list, filters, episodes)
+    scan = scan_episodes(root_list, filters=filters, episodes=episodes)
+    for where, why in scan.warnings:
+        log.warning("%s: %s; ignored", where, why)
+    if scan.problems:
+        raise EpisodeValidationError(scan.problems)
+    if not scan.episodes:
+        raise FileNotFoundError(
+            f"no episodes found under {[str(r) for r in root_list]}"
+            + (f" matching {filters}" if filters else "")
+        )
     if cache is not None:
         write_json_atomic(
             cache,
@@ -191,53 +315,11 @@ def resolve_episodes(
                         "total_frames": e.total_frames,
                         "attrs": e.attrs,
                     }
-                    for e in found
+                    for e in scan.episodes
                 ],
             },
         )
-    return found
-
-
-def _resolve(
-    roots: Sequence[Path], filters: Mapping[str, Any], hashes: Sequence[str] | None
-) -> list[EpisodeInfo]:
-    wanted = set(hashes) if hashes is not None else None
-    episodes: list[EpisodeInfo] = []
-    problems: list[tuple[str, str]] = []
-    seen: dict[str, Path] = {}
-    for root in roots:
-        for path in episode_dirs(root):
-            h = episode_hash(path)
-            if wanted is not None and h not in wanted:
-                continue
-            try:
-                attrs = read_group_attrs(path)
-            except (OSError, ValueError) as exc:
-                problems.append((str(path), f"cannot read group metadata ({exc})"))
-                continue
-            if not _matches(attrs, filters):
-                continue
-            why = _check_episode(path, attrs)
-            if why:
-                problems.append((str(path), why))
-                continue
-            if h in seen:
-                problems.append((str(path), f"duplicate episode hash, also at {seen[h]}"))
-                continue
-            seen[h] = path
-            episodes.append(_info(path, attrs))
-    if wanted is not None:
-        problems += [
-            (h, "listed but not found under the roots") for h in sorted(wanted - set(seen))
-        ]
-    if problems:
-        raise EpisodeValidationError(problems)
-    if not episodes:
-        raise FileNotFoundError(
-            f"no episodes found under {[str(r) for r in roots]}"
-            + (f" matching {filters}" if filters else "")
-        )
-    return episodes
+    return scan.episodes
 
 
 class EpisodeIndex:

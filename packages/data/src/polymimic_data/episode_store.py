@@ -21,7 +21,7 @@ import numpy as np
 import zarr
 import zarr.dtype
 
-from polymimic_data.vlen_bytes_reader import VlenBytesArrayReader
+from polymimic_data.vlen_bytes_reader import FrameBytesError, VlenBytesArrayReader
 
 EPISODE_SUFFIX = ".zarr"
 FRAMES_PER_SHARD = 256
@@ -296,7 +296,12 @@ class EpisodeReader:
             key = f"images.{camera}"
             if not (self.path / key / "zarr.json").exists():
                 raise KeyError(f"{self.path}: key {key!r} is missing")
-            reader = VlenBytesArrayReader(self.path / key, lambda: self._array(key))
+            try:
+                reader = VlenBytesArrayReader(self.path / key, lambda: self._array(key))
+            except (OSError, ValueError, KeyError) as exc:
+                raise FrameBytesError(
+                    f"{self.path / key}: unreadable array metadata ({exc})", whole_file=True
+                ) from exc
             self._jpeg_readers[camera] = reader
         if not 0 <= frame < self.total_frames:
             raise IndexError(f"{self.path}: frame {frame} outside 0..{self.total_frames - 1}")

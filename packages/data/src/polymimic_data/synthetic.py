@@ -16,6 +16,7 @@ import simplejpeg
 from tqdm.auto import tqdm
 
 from polymimic_data.atomic_files import write_json_atomic
+from polymimic_data.egoverse_layout import write_egoverse_episode
 from polymimic_data.embodiments import CameraIntrinsics, Embodiment, get_embodiment
 from polymimic_data.episode_store import EPISODE_SUFFIX, write_episode
 
@@ -96,8 +97,15 @@ def generate_episode(
     height: int,
     width: int,
     seed: int,
+    layout: str = "polymimic",
 ) -> Path:
-    """Write one synthetic episode of `embodiment` at `path`."""
+    """Write one synthetic episode of `embodiment` at `path`.
+
+    `layout`: "polymimic" (our writer) or "egoverse" (EgoVerse's writer's layout: zarr's
+    default codecs, padded arrays, float64, an upper-case embodiment; see egoverse_layout).
+    """
+    if layout not in ("polymimic", "egoverse"):
+        raise ValueError(f"layout must be 'polymimic' or 'egoverse', got {layout!r}")
     rng = np.random.default_rng(seed)
     intrinsics = embodiment.intrinsics["front_1"].scaled_to(height, width)
     targets, positions, quats = _trajectories(rng, frames)
@@ -133,11 +141,13 @@ def generate_episode(
     if embodiment.family == "robot":
         for camera in embodiment.cameras[1:]:
             images[camera] = images["front_1"]  # wrist views: the front view stands in
-    return write_episode(
+    egoverse = layout == "egoverse"
+    write = write_egoverse_episode if egoverse else write_episode
+    return write(
         path,
-        embodiment=embodiment.name,
+        embodiment=embodiment.name.upper() if egoverse else embodiment.name,
         fps=embodiment.fps,
-        arrays={k: v.astype(np.float32) for k, v in arrays.items()},
+        arrays={k: v.astype(np.float64 if egoverse else np.float32) for k, v in arrays.items()},
         images=images,
         annotations=[{"text": "reach the red and blue targets", "start_idx": 0, "end_idx": frames}],
         task_name="synthetic_reach",
@@ -182,12 +192,14 @@ def ensure_synthetic_episodes(
     height: int = 128,
     width: int = 160,
     seed: int = 0,
+    layout: str = "polymimic",
     progress: bool = True,
 ) -> Path:
     """Generate a synthetic data set once; later calls with the same settings reuse it.
 
     The episodes go to a folder named by the settings, so different settings never mix;
     an interrupted generation resumes where it stopped (each episode is atomic).
+    `layout` picks the writer (see generate_episode).
     """
     spec = get_embodiment(embodiment)
     settings = {
@@ -198,7 +210,11 @@ def ensure_synthetic_episodes(
         "width": width,
         "seed": seed,
     }
-    folder = Path(root) / f"{spec.name}-e{episodes}-f{frames}-{height}x{width}-s{seed}"
+    name = f"{spec.name}-e{episodes}-f{frames}-{height}x{width}-s{seed}"
+    if layout != "polymimic":  # existing folders keep their names
+        settings["layout"] = layout
+        name += f"-{layout}"
+    folder = Path(root) / name
     marker = folder / _COMPLETE_MARKER
     if marker.exists() and json.loads(marker.read_text()) == settings:
         return folder
@@ -212,7 +228,13 @@ def ensure_synthetic_episodes(
         path = folder / f"{episode_name(spec, i, settings)}{EPISODE_SUFFIX}"
         try:
             generate_episode(
-                path, spec, frames=frames, height=height, width=width, seed=seed * 100_003 + i
+                path,
+                spec,
+                frames=frames,
+                height=height,
+                width=width,
+                seed=seed * 100_003 + i,
+                layout=layout,
             )
         except (FileExistsError, OSError):
             if not path.exists():  # not a concurrent generator that finished first

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from polymimic_data.atomic_files import write_json_atomic
 from polymimic_data.image_augmentation import ImageAugmentation
 from polymimic_strategies import reap_stale_gpu_processes
+from polymimic_train.data_fault_monitor import DataFaultMonitor
 from polymimic_train.data_module import EmbodimentDataModule
 from polymimic_train.policy_module import PolicyModule
 from polymimic_train.run_record import record_run_start
@@ -85,6 +86,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "run_dir": str(run_dir.resolve()),
         "metrics": metrics,
     }
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if isinstance(callback, DataFaultMonitor):
+            summary["data_faults"] = callback.counts()
     if trainer.is_global_zero:
         write_json_atomic(run_dir / "summary.json", summary)
         print(f"run dir: {run_dir.resolve()}")

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_only
 
-from polymimic_data import collate_samples
+from polymimic_data import EpisodeDataset, collate_samples
+from polymimic_data.data_faults import NoValidSampleError
 from polymimic_data.embodiments import camera_intrinsics
 from polymimic_eval import draw_chunk_overlay, write_video
 
@@ -39,13 +40,20 @@ class TrajectoryVideoCallback(pl.Callback):
                 / "videos"
                 / f"{name}-step{trainer.global_step:06d}.mp4"
             )
-            self._render(datamodule, name, pl_module, path)
-            self.written.append(path)
-            log.info("wrote %s", path)
+            for episode in range(len(datamodule.val_episodes[name])):
+                try:
+                    self._render(
+                        datamodule.video_dataset(name, episode), datamodule, pl_module, path
+                    )
+                except NoValidSampleError as exc:  # a broken episode: show the next one
+                    log.warning("no video of validation episode %d of %s: %s", episode, name, exc)
+                    continue
+                self.written.append(path)
+                log.info("wrote %s", path)
+                break
 
     @torch.no_grad()
-    def _render(self, datamodule: Any, name: str, module: Any, path: Path) -> None:
-        dataset = datamodule.video_dataset(name)
+    def _render(self, dataset: EpisodeDataset, datamodule: Any, module: Any, path: Path) -> None:
         camera = dataset.cameras[0]
         model_size = tuple(datamodule.cfg["image_size"])
         episode = dataset.episodes[0]

@@ -1,0 +1,30 @@
+"""The benchmarks run on any episode root, however small (figures are theirs to print)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from polymimic_data.synthetic import ensure_synthetic_episodes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path) -> None:
+    root = ensure_synthetic_episodes(
+        tmp_path, "eva_bimanual", episodes=2, frames=30, height=32, width=40, progress=False
+    )
+    command = [sys.executable, str(ROOT / "benchmarks" / "loader.py"), "--root", str(root)]
+    result = subprocess.run(
+        [*command, "--skip-resolve", "--samples", "20", "--batches", "8"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
+    assert figures["ms_per_sample"]["samples"] == 20
+    assert figures["dataloader_samples_per_s"]["value"] > 0
+    assert figures["dataloader_samples_per_s"]["batch_size"] == 32  # 60 samples: 1 batch an epoch
