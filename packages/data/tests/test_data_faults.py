@@ -177,8 +177,10 @@ def test_the_ledger_judges_the_share_only_once_it_has_seen_enough(caplog) -> Non
         ledger.record([[fault]], samples=16)
         ledger.check()  # 1 of 16 says little about a data set
         ledger.record([[fault]] * 5, samples=84)
-    assert sum("bad data replaced" in r.message for r in caplog.records) == 1  # reported once
-    with pytest.raises(BadDataError, match=r"6 of 100 samples were bad") as caught:
+        dropped = [DataFault("e2", "images.front_1", f, "shard truncated", True) for f in (1, 7)]
+        ledger.record([[dropped[0]], [dropped[1]]], samples=0)  # two workers met one broken file
+    assert sum("bad data replaced" in r.message for r in caplog.records) == 2  # each news once
+    with pytest.raises(BadDataError, match=r"8 of 100 samples were bad") as caught:
         ledger.check()
     assert "e1  left.gripper  NaN or inf: 6" in str(caught.value)
     assert "validate ROOT --deep" in str(caught.value)

@@ -40,7 +40,13 @@ class DataFault:
         return asdict(self)
 
     @property
-    def where(self) -> tuple[str, str, int]:
+    def report_key(self) -> tuple[str, str, int]:
+        """What makes two faults the same news.
+
+        A dropped episode is news once, whichever loader worker dropped it at which frame.
+        """
+        if self.episode_dropped:
+            return self.episode, "", -1
         return self.episode, self.key, self.frame
 
 
@@ -190,8 +196,8 @@ class FaultLedger:
             new = [f if isinstance(f, DataFault) else DataFault(**f) for f in faults]
             self.bad_samples += bool(new)
             for fault in new:
-                if fault.where not in self._reported:
-                    self._reported.add(fault.where)
+                if fault.report_key not in self._reported:
+                    self._reported.add(fault.report_key)
                     log.warning(
                         "bad data replaced: episode %s, key %s, frame %d: %s%s",
                         fault.episode,
