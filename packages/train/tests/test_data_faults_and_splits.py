@@ -1,9 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -38,20 +35,6 @@ def test_validation_batches_are_counted_in_their_own_ledger() -> None:
     monitor.on_validation_batch_end(None, None, None, _batch(2), 0)  # type: ignore[arg-type]
     assert (monitor.val_ledger.bad_samples, monitor.ledger.bad_samples) == (2, 0)
     assert "e1" in monitor.val_ledger.end_epoch("in validation")
-
-
-SMALL_RUN = [
-    "trainer.max_steps=4",
-    "trainer.val_check_interval=2",
-    "trainer.enable_progress_bar=false",
-    "data.num_workers=0",
-    "data.batch_size=4",
-    "data.norm.num_samples=50",
-    "model.d_model=32",
-    "model.num_heads=2",
-    "model.image_tokens=2",
-    "callbacks.trajectory_video.max_frames=6",
-]
 
 
 def _cfg(**overrides) -> dict:
@@ -150,7 +133,9 @@ def test_cotraining_weights_hold_over_an_epoch(root: Path, tmp_path: Path) -> No
     assert abs(share - 0.75) <= 0.01
 
 
-def test_a_run_meeting_truncated_shards_reports_them_and_finishes(tmp_path: Path) -> None:
+def test_a_run_meeting_truncated_shards_reports_them_and_finishes(
+    tmp_path: Path, train_app
+) -> None:
     """One broken episode in each split: both reported, by key and episode, and the run ends."""
     root = ensure_synthetic_episodes(
         tmp_path / "data",
@@ -167,22 +152,13 @@ def test_a_run_meeting_truncated_shards_reports_them_and_finishes(tmp_path: Path
         shard = episode.path / "images.front_1" / "c" / "0"
         shard.write_bytes(shard.read_bytes()[:-500])
     run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "polymimic_train",
-            f"hydra.run.dir={run_dir}",
-            "data=episodes",
-            f"data.roots=[{root}]",
-            "data.val_fraction=0.25",
-            "data.image_size=[32,40]",
-            *SMALL_RUN,
-        ],
-        env=os.environ | {"POLYMIMIC_CACHE_DIR": str(tmp_path / "cache")},
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = train_app(
+        tmp_path,
+        run_dir,
+        "data=episodes",
+        f"data.roots=[{root}]",
+        "data.val_fraction=0.25",
+        "data.image_size=[32,40]",
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]

@@ -2,52 +2,24 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import av
 import pytest
 import torch
 
-SMALL = [
-    "trainer.max_steps=4",
-    "trainer.val_check_interval=2",
-    "trainer.enable_progress_bar=false",
-    "data.num_workers=0",
-    "data.batch_size=4",
-    "data.norm.num_samples=50",
-    "model.d_model=32",
-    "model.num_heads=2",
-    "model.image_tokens=2",
-    "callbacks.trajectory_video.max_frames=6",
-]
 SMALL_SYNTHETIC = ["data.synthetic.episodes=6", "data.synthetic.frames=30"]
-
-
-def _train(tmp: Path, run_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    env = os.environ | {
-        "POLYMIMIC_DATA_ROOT": str(tmp / "data"),
-        "POLYMIMIC_CACHE_DIR": str(tmp / "cache"),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "polymimic_train", f"hydra.run.dir={run_dir}", *SMALL, *overrides],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 @pytest.fixture(scope="module")
 def trained(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, train_app
 ) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
     tmp = tmp_path_factory.mktemp("train")
     run_dir = tmp / "run"
-    result = _train(tmp, run_dir, *SMALL_SYNTHETIC)
+    result = train_app(tmp, run_dir, *SMALL_SYNTHETIC)
     assert result.returncode == 0, result.stderr[-3000:]
     return tmp, run_dir, result
 
@@ -87,10 +59,10 @@ def test_validation_video_is_playable(trained) -> None:
     assert len(frames) == 6 and frames[0].shape == (128, 160, 3)
 
 
-def test_resume_continues_from_the_checkpoint(trained) -> None:
+def test_resume_continues_from_the_checkpoint(trained, train_app) -> None:
     tmp, run_dir, _ = trained
     resumed = tmp / "resumed"
-    result = _train(
+    result = train_app(
         tmp,
         resumed,
         *SMALL_SYNTHETIC,
@@ -102,20 +74,20 @@ def test_resume_continues_from_the_checkpoint(trained) -> None:
     assert not (resumed / "checkpoints" / "step000002.ckpt").exists()
 
 
-def test_bad_data_root_fails_before_training_with_the_path(tmp_path: Path) -> None:
-    result = _train(
+def test_bad_data_root_fails_before_training_with_the_path(tmp_path: Path, train_app) -> None:
+    result = train_app(
         tmp_path, tmp_path / "run", "data=episodes", f"data.roots=[{tmp_path / 'missing'}]"
     )
     assert result.returncode != 0
     assert str(tmp_path / "missing") in result.stderr
 
 
-def test_a_requeued_run_resumes_from_its_own_last_checkpoint(trained) -> None:
+def test_a_requeued_run_resumes_from_its_own_last_checkpoint(trained, train_app) -> None:
     tmp, run_dir, _ = trained
     again = tmp / "requeued"
     shutil.copytree(run_dir, again, symlinks=True)
     # resume: auto. 5 is off the validation interval (2): the summary must still be of step 5.
-    result = _train(tmp, again, *SMALL_SYNTHETIC, "trainer.max_steps=5")
+    result = train_app(tmp, again, *SMALL_SYNTHETIC, "trainer.max_steps=5")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming from" in result.stderr + result.stdout
     summary = json.loads((again / "summary.json").read_text())
