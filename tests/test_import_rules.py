@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 THIRD_PARTY = {
     "numpy",
     "zarr",
+    "torchdata",
     "numcodecs",
     "google_crc32c",
     "torch",
@@ -31,12 +32,14 @@ THIRD_PARTY = {
 ALLOWED: dict[str, set[str]] = {
     # fsspec: the optional `s3` extra, imported only inside remote_episodes' functions.
     # numcodecs, google_crc32c: zarr's own codecs, used to read its chunks by byte range.
+    # torchdata: its StatefulDataLoader, so that a resumed run continues the same order.
     "data": {
         "numpy",
         "zarr",
         "numcodecs",
         "google_crc32c",
         "torch",
+        "torchdata",
         "simplejpeg",
         "tqdm",
         "fsspec",

@@ -1,12 +1,33 @@
-"""polymimic-data: EgoVerse-compatible zarr episodes turned into training batches."""
+"""polymimic-data: EgoVerse-compatible zarr episodes turned into training batches.
 
-from polymimic_data.dataset import EpisodeDataset, collate_samples
-from polymimic_data.embodiments import Embodiment, get_embodiment, registered_embodiments
-from polymimic_data.episode_index import EpisodeIndex, EpisodeInfo, resolve_episodes
-from polymimic_data.episode_store import EpisodeReader, write_episode
-from polymimic_data.layouts import ChannelGroup, Layout, get_layout
-from polymimic_data.normalization import Normalizer, NormStats, load_or_compute_norm_stats
-from polymimic_data.splits import split_episodes
+The names below load on first use, so importing one light module (e.g.
+`polymimic_data.atomic_files` or `polymimic_data.embodiments`) does not load torch or zarr.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "EpisodeDataset": "dataset",
+    "collate_samples": "dataset",
+    "Embodiment": "embodiments",
+    "get_embodiment": "embodiments",
+    "registered_embodiments": "embodiments",
+    "EpisodeIndex": "episode_index",
+    "EpisodeInfo": "episode_index",
+    "resolve_episodes": "episode_index",
+    "EpisodeReader": "episode_store",
+    "write_episode": "episode_store",
+    "ChannelGroup": "layouts",
+    "Layout": "layouts",
+    "get_layout": "layouts",
+    "Normalizer": "normalization",
+    "NormStats": "normalization",
+    "load_or_compute_norm_stats": "normalization",
+    "split_episodes": "splits",
+}
 
 __all__ = [
     "ChannelGroup",
@@ -27,3 +48,19 @@ __all__ = [
     "split_episodes",
     "write_episode",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'polymimic_data' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"polymimic_data.{_EXPORTS[name]}"), name)
+
+
+if TYPE_CHECKING:
+    from polymimic_data.dataset import EpisodeDataset, collate_samples
+    from polymimic_data.embodiments import Embodiment, get_embodiment, registered_embodiments
+    from polymimic_data.episode_index import EpisodeIndex, EpisodeInfo, resolve_episodes
+    from polymimic_data.episode_store import EpisodeReader, write_episode
+    from polymimic_data.layouts import ChannelGroup, Layout, get_layout
+    from polymimic_data.normalization import Normalizer, NormStats, load_or_compute_norm_stats
+    from polymimic_data.splits import split_episodes

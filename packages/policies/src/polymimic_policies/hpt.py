@@ -47,6 +47,25 @@ class StateStem(nn.Module):
         return self.project(state) + self.time_embedding
 
 
+def _check_sizes(
+    *, d_model: int, num_heads: int, resnet_blocks: Sequence[int], **counts: int
+) -> None:
+    """ValueError naming the first parameter that cannot work: `<name>: <why>; <what works>`."""
+    for name, value in {"d_model": d_model, "num_heads": num_heads, **counts}.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+    if d_model % num_heads:
+        divisors = [n for n in range(1, d_model + 1) if d_model % n == 0]
+        raise ValueError(
+            f"num_heads: {num_heads} does not divide d_model={d_model}; choose one of {divisors}"
+        )
+    blocks = list(resnet_blocks)
+    if len(blocks) != 4 or any(not isinstance(b, int) or b < 1 for b in blocks):
+        raise ValueError(
+            f"resnet_blocks: four positive block counts, e.g. [2, 2, 2, 2]; got {blocks}"
+        )
+
+
 def _stem_key(embodiment: str, modality: str) -> str:
     return f"{embodiment}__{modality}"
 
@@ -68,7 +87,16 @@ class HPTPolicy(nn.Module):
     ) -> None:
         super().__init__()
         if not embodiments:
-            raise ValueError("HPTPolicy needs at least one embodiment")
+            raise ValueError("embodiments: HPTPolicy needs at least one")
+        _check_sizes(
+            d_model=d_model,
+            trunk_layers=trunk_layers,
+            num_heads=num_heads,
+            image_tokens=image_tokens,
+            head_layers=head_layers,
+            sample_steps=sample_steps,
+            resnet_blocks=resnet_blocks,
+        )
         self.specs = {name: EmbodimentSpec.of(spec) for name, spec in embodiments.items()}
         stems: dict[str, nn.Module] = {}
         heads: dict[str, nn.Module] = {}

@@ -1,25 +1,24 @@
-"""`train`: compose data, policy, strategy, callbacks and loggers from Hydra config, then fit."""
+"""`train`: compose data, policy, strategy, callbacks and loggers from Hydra config, then fit.
+
+Importing this module loads Hydra and OmegaConf only, so `train --help` answers at once
+and a misconfiguration is reported before torch, Lightning or any data load.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import hydra
-import lightning.pytorch as pl
 import platformdirs
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from polymimic_data.atomic_files import write_json_atomic
-from polymimic_data.image_augmentation import ImageAugmentation
-from polymimic_strategies import reap_stale_gpu_processes
-from polymimic_train.data_fault_monitor import DataFaultMonitor
-from polymimic_train.data_module import EmbodimentDataModule
-from polymimic_train.policy_module import PolicyModule
-from polymimic_train.run_record import record_run_start
+from polymimic_train import run_dirs
+from polymimic_train.run_config import ConfigError, check_config, check_data_roots
 
 log = logging.getLogger("polymimic_train")
 
@@ -28,39 +27,56 @@ OmegaConf.register_new_resolver(
     lambda sub: str(Path(platformdirs.user_cache_dir("polymimic")) / sub),
     replace=True,
 )
+# Cached: Hydra reads the run directory more than once; it must be made once.
+OmegaConf.register_new_resolver(
+    "polymimic.run_dir", run_dirs.run_dir_for, replace=True, use_cache=True
+)
 
 
-def _instantiate_all(group: DictConfig | None) -> list[Any]:
-    return [instantiate(c) for c in (group or {}).values() if c is not None]
+def _launched_rank_zero() -> bool:
+    """The process that owns the run directory (other ranks are launched into it)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
 
 
-def _resume_path(resume: str | None, run_dir: Path) -> str | None:
-    if resume != "auto":
-        return resume
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if last.exists():
-        log.info("resuming from %s", last.resolve())
-        return str(last)
-    return None
+def _callbacks_and_loggers(cfg: DictConfig) -> tuple[list[Any], list[Any]]:
+    from hydra.utils import instantiate
+
+    def build(group: DictConfig | None) -> list[Any]:
+        return [instantiate(c) for c in (group or {}).values() if c is not None]
+
+    return build(cfg.callbacks), build(cfg.logger)
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Train per `cfg`; returns the summary also written to `<run_dir>/summary.json`."""
-    run_dir = Path(cfg.paths.run_dir)
-    on_slurm_node_leader = (
-        "SLURM_JOB_ID" in os.environ and os.environ.get("SLURM_LOCALID", "0") == "0"
-    )
-    if cfg.reap_stale_gpu_processes and on_slurm_node_leader:  # once per node
-        reap_stale_gpu_processes()
-    pl.seed_everything(cfg.seed, workers=True)
+def _fit(cfg: DictConfig, run_dir: Path, resume_from: Path | None) -> dict[str, Any]:
+    """Check, build and fit; the summary of the final weights."""
+    check_config(cfg)
+    check_data_roots(cfg.data, Path(cfg.paths.cache_dir) / "episode_index")
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     assert isinstance(data_cfg, dict)
+    policy = _build_policy(cfg, data_cfg)
+    if resume_from is not None:
+        from polymimic_train.run_config import check_resume_fits
+
+        check_resume_fits(resume_from, policy)
+
+    import lightning.pytorch as pl
+    from hydra.utils import instantiate
+
+    from polymimic_data.atomic_files import write_json_atomic
+    from polymimic_data.image_augmentation import ImageAugmentation
+    from polymimic_strategies import reap_stale_gpu_processes
+    from polymimic_train.data_module import EmbodimentDataModule
+    from polymimic_train.policy_module import PolicyModule
+    from polymimic_train.run_record import record_run_start, summarise
+
+    if cfg.reap_stale_gpu_processes and "SLURM_JOB_ID" in os.environ and _launched_rank_zero():
+        reap_stale_gpu_processes()  # once per node
+    pl.seed_everything(cfg.seed, workers=True)
     datamodule = EmbodimentDataModule(
-        data_cfg, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir
+        data_cfg, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir, seed=cfg.seed
     )
     datamodule.prepare()
     assert datamodule.normalizer is not None
-    policy = instantiate(cfg.model, embodiments=datamodule.embodiment_specs())
     module = PolicyModule(
         policy,
         datamodule.normalizer,
@@ -69,26 +85,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         augmentation=ImageAugmentation(**data_cfg["augment"]) if data_cfg.get("augment") else None,
         **cfg.optim,
     )
-    trainer: pl.Trainer = instantiate(
-        cfg.trainer, callbacks=_instantiate_all(cfg.callbacks), logger=_instantiate_all(cfg.logger)
-    )
+    callbacks, loggers = _callbacks_and_loggers(cfg)
+    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
     if trainer.is_global_zero:
         record_run_start(run_dir, cfg, {n: s.to_json() for n, s in datamodule.norm_stats.items()})
-    trainer.fit(module, datamodule=datamodule, ckpt_path=_resume_path(cfg.resume, run_dir))
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     if module.validated_at_step != trainer.global_step:  # the summary is of the final weights
         trainer.validate(module, datamodule=datamodule, verbose=False)
-
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
-    summary = {
-        "val_action_error": metrics.get("val_action_error"),
-        "baseline_action_error": metrics.get("baseline_action_error"),
-        "steps": trainer.global_step,
-        "run_dir": str(run_dir.resolve()),
-        "metrics": metrics,
-    }
-    for callback in trainer.callbacks:  # type: ignore[attr-defined]
-        if isinstance(callback, DataFaultMonitor):
-            summary["data_faults"] = callback.counts()
+    summary = summarise(trainer, run_dir)
     if trainer.is_global_zero:
         write_json_atomic(run_dir / "summary.json", summary)
         print(f"run dir: {run_dir.resolve()}")
@@ -99,6 +103,56 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
+def _build_policy(cfg: DictConfig, data_cfg: dict[str, Any]) -> Any:
+    """The policy, from config alone; its own complaints name the model field."""
+    import torch
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from polymimic_train.run_config import embodiment_specs
+
+    torch.manual_seed(cfg.seed)  # the initial weights (Lightning seeds the rest later)
+    try:
+        return instantiate(cfg.model, embodiments=embodiment_specs(data_cfg))
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ValueError | TypeError):
+            raise ConfigError(f"model.{cause}") from cause
+        raise
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Train per `cfg` in its run directory; returns the summary also in `summary.json`."""
+    run_dir = Path(cfg.paths.run_dir)
+    resume_from = run_dirs.checkpoint_to_resume(cfg.resume, run_dir)
+    if not _launched_rank_zero():
+        return _fit(cfg, run_dir, resume_from)
+    if resume_from is not None:
+        log.info("resuming from %s", resume_from.resolve())
+    fresh = resume_from is None and not (run_dir / run_dirs.RECORD).exists()
+    lock = run_dirs.start(run_dir, resumed_from=resume_from)
+    try:
+        summary = _fit(cfg, run_dir, resume_from)
+    except ConfigError:
+        lock.release()
+        if fresh:  # nothing happened: leave no run directory behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            run_dirs.write_record(run_dir, "failed", error="configuration error")
+        raise
+    except BaseException as exc:
+        run_dirs.write_record(run_dir, "failed", error=f"{type(exc).__name__}: {exc}")
+        lock.release()
+        raise
+    run_dirs.write_record(run_dir, "finished", steps=summary["steps"])
+    lock.release()
+    return summary
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    try:
+        run(cfg)
+    except (ConfigError, run_dirs.RunDirError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

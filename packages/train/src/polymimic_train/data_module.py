@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,12 @@ log = logging.getLogger(__name__)
 class EmbodimentDataModule(pl.LightningDataModule):
     """Train and validation loaders per embodiment; a training step gets one batch of each."""
 
-    def __init__(self, cfg: Mapping[str, Any], *, data_root: str, cache_dir: str) -> None:
+    def __init__(
+        self, cfg: Mapping[str, Any], *, data_root: str, cache_dir: str, seed: int = 0
+    ) -> None:
         super().__init__()
         self.cfg = cfg
+        self.seed = seed
         self.data_root = Path(data_root)
         self.cache_dir = Path(cache_dir)
         self.train_sets: dict[str, EpisodeDataset] = {}
@@ -149,7 +153,7 @@ class EmbodimentDataModule(pl.LightningDataModule):
         }
 
     def _loader(
-        self, dataset: EpisodeDataset, *, shuffle: bool, batch_size: int | None = None
+        self, name: str, dataset: EpisodeDataset, *, shuffle: bool, batch_size: int | None = None
     ) -> DataLoader:
         accelerator = self.trainer.accelerator if self.trainer is not None else None
         return make_dataloader(
@@ -158,6 +162,7 @@ class EmbodimentDataModule(pl.LightningDataModule):
             shuffle=shuffle,
             num_workers=int(self.cfg["num_workers"]),
             pin_memory=type(accelerator).__name__ == "CUDAAccelerator",
+            seed=zlib.crc32(f"{self.seed}:{name}".encode()),  # each embodiment its own order
         )
 
     def batch_sizes(self) -> dict[str, int]:
@@ -173,13 +178,13 @@ class EmbodimentDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> CombinedLoader:
         sizes = self.batch_sizes()
         loaders = {
-            n: self._loader(ds, shuffle=True, batch_size=sizes[n])
+            n: self._loader(n, ds, shuffle=True, batch_size=sizes[n])
             for n, ds in self.train_sets.items()
         }
         return CombinedLoader(loaders, mode="max_size_cycle")
 
     def val_dataloader(self) -> list[DataLoader]:
-        return [self._loader(ds, shuffle=False) for ds in self.val_sets.values()]
+        return [self._loader(n, ds, shuffle=False) for n, ds in self.val_sets.items()]
 
     def video_dataset(self, name: str, episode: int = 0) -> EpisodeDataset:
         """One whole validation episode at its stored resolution, frame by frame."""

@@ -34,3 +34,24 @@ def record_run_start(run_dir: Path, cfg: DictConfig, norm_stats: dict[str, Any])
     write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     write_text_atomic(run_dir / "git_commit.txt", git_commit(Path(__file__).parent) + "\n")
     write_json_atomic(run_dir / "norm_stats.json", norm_stats)
+
+
+def summarise(trainer: Any, run_dir: Path) -> dict[str, Any]:
+    """The run's final figures: validation metrics, and what its callbacks measured."""
+    from polymimic_train.data_fault_monitor import DataFaultMonitor
+    from polymimic_train.step_timing import StepTimer
+
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    summary: dict[str, Any] = {
+        "val_action_error": metrics.get("val_action_error"),
+        "baseline_action_error": metrics.get("baseline_action_error"),
+        "steps": trainer.global_step,
+        "run_dir": str(run_dir.resolve()),
+        "metrics": metrics,
+    }
+    for callback in trainer.callbacks:
+        if isinstance(callback, DataFaultMonitor):
+            summary["data_faults"] = callback.counts()
+        if isinstance(callback, StepTimer):
+            summary |= callback.summary()
+    return summary

@@ -1,0 +1,179 @@
+"""Checks of the composed train config, run before anything heavy loads.
+
+Each check raises ConfigError with one line that names the field, what it holds and
+what would work, so a misconfigured run ends in seconds, not after data preparation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names the field."""
+
+
+_POSITIVE = (
+    "data.batch_size",
+    "data.history",
+    "data.horizon",
+    "data.action_stride",
+    "data.norm.num_samples",
+    "trainer.max_steps",
+    "trainer.val_check_interval",
+    "trainer.log_every_n_steps",
+    "trainer.accumulate_grad_batches",
+    "callbacks.trajectory_video.max_frames",
+)
+_NON_NEGATIVE = ("data.num_workers", "optim.warmup_steps", "data.video_episodes")
+_NORM_MODES = ("zscore", "minmax", "quantile")
+_RUN_NAME_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _number(cfg: DictConfig, key: str) -> Any:
+    return OmegaConf.select(cfg, key, default=None)
+
+
+def _check_numbers(cfg: DictConfig) -> None:
+    for key in _POSITIVE + _NON_NEGATIVE:
+        value = _number(cfg, key)
+        if value is None and key.startswith("callbacks."):
+            continue  # that callback is switched off
+        lowest = 1 if key in _POSITIVE else 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+            kind = "a positive integer" if lowest else "an integer >= 0"
+            raise ConfigError(f"{key}: must be {kind}, got {value!r}")
+    for key in ("optim.lr", "optim.backbone_lr"):
+        value = _number(cfg, key)
+        if not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"{key}: must be a positive number, got {value!r}")
+    size = _number(cfg, "data.image_size")
+    if size is None or len(size) != 2 or any(not isinstance(v, int) or v < 8 for v in size):
+        raise ConfigError(f"data.image_size: must be [height, width], each >= 8; got {size}")
+    mode = _number(cfg, "data.norm.mode")
+    if mode not in _NORM_MODES:
+        raise ConfigError(f"data.norm.mode: {mode!r} is not one of {list(_NORM_MODES)}")
+    frames = _number(cfg, "data.val_frames_per_episode")
+    if frames != "auto" and (not isinstance(frames, int) or frames < 1):
+        raise ConfigError(
+            f"data.val_frames_per_episode: a positive integer or auto, got {frames!r}"
+        )
+    name = str(cfg.get("name"))
+    if not name or set(name) - _RUN_NAME_CHARACTERS:
+        raise ConfigError(f"name: letters, digits, '.', '_' and '-' only; got {name!r}")
+
+
+def _check_datasets(data: DictConfig) -> None:
+    from polymimic_data.embodiments import get_embodiment, registered_embodiments
+
+    datasets = data.get("datasets") or {}
+    if not datasets:
+        raise ConfigError("data.datasets: list at least one dataset (name: {embodiment: ...})")
+    for name, spec in datasets.items():
+        where = f"data.datasets.{name}"
+        try:
+            embodiment = get_embodiment(str(spec.get("embodiment")))
+        except KeyError:
+            raise ConfigError(
+                f"{where}.embodiment: {spec.get('embodiment')!r} is not one of "
+                f"{registered_embodiments()}"
+            ) from None
+        layout = spec.get("layout") or embodiment.default_layout
+        if layout not in embodiment.layouts:
+            raise ConfigError(
+                f"{where}.layout: {layout!r} is not a layout of {embodiment.name}; "
+                f"choose one of {list(embodiment.layouts)}"
+            )
+        cameras = list(spec.get("cameras", ["front_1"]))
+        unknown = [c for c in cameras if c not in embodiment.cameras]
+        if unknown:
+            raise ConfigError(
+                f"{where}.cameras: {unknown} are not cameras of {embodiment.name}; "
+                f"choose from {list(embodiment.cameras)}"
+            )
+        weight = spec.get("weight", 1.0)
+        if not isinstance(weight, int | float) or weight <= 0:
+            raise ConfigError(f"{where}.weight: must be a positive number, got {weight!r}")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every check that needs no data and no model: numbers, names, choices."""
+    _check_numbers(cfg)
+    _check_datasets(cfg.data)
+
+
+def embodiment_specs(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """What the policy is told of each dataset's embodiment: plain numbers and names.
+
+    From the config alone (layouts fix the widths), so the policy can be built, and its
+    config checked, before any data is read.
+    """
+    from polymimic_data.embodiments import get_embodiment
+
+    specs = {}
+    for name, spec in data["datasets"].items():
+        embodiment = get_embodiment(str(spec["embodiment"]))
+        layout = embodiment.layout(spec.get("layout"))
+        specs[name] = {
+            "state_dim": layout.dim,
+            "action_dim": layout.dim,
+            "history": int(data["history"]),
+            "horizon": int(data["horizon"]),
+            "cameras": list(spec.get("cameras", ["front_1"])),
+        }
+    return specs
+
+
+def check_data_roots(data: Mapping[str, Any], cache_dir: Path) -> None:
+    """Each dataset of real episodes finds some under `data.roots` (generated data always does)."""
+    if data.get("synthetic"):
+        return
+    from polymimic_data.episode_index import job_cache_dir, resolve_episodes
+
+    roots = list(data.get("roots") or [])
+    if not roots:
+        raise ConfigError(
+            "data.roots: set it to folders of episodes, e.g. 'data.roots=[/data/eva]'"
+        )
+    for root in roots:
+        if not Path(root).is_dir():
+            raise ConfigError(f"data.roots: {root} does not exist or is not a folder")
+    for name, spec in data["datasets"].items():
+        filters = {**(data.get("filters") or {}), **(spec.get("filters") or {})}
+        filters["embodiment"] = spec["embodiment"]
+        try:
+            resolve_episodes(roots, filters=filters, cache_dir=job_cache_dir(cache_dir))
+        except FileNotFoundError:
+            raise ConfigError(
+                f"data.datasets.{name}: no episodes of {spec['embodiment']} under data.roots "
+                f"{roots} matching {filters}; `polymimic-data inspect ROOT` lists what is there"
+            ) from None
+
+
+def check_resume_fits(checkpoint: Path, policy: Any) -> None:
+    """The checkpoint's policy weights have the shapes of the policy this config builds."""
+    import torch
+
+    state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
+    saved = {k.removeprefix("policy."): v for k, v in state["state_dict"].items()}
+    saved = {k: v for k, v in saved.items() if not k.startswith("normalizer.")}
+    ours = policy.state_dict()
+    differ = [k for k in ours if k in saved and tuple(saved[k].shape) != tuple(ours[k].shape)]
+    missing = [k for k in ours if k not in saved]
+    if differ or missing:
+        example = (
+            f"e.g. {differ[0]}: checkpoint {tuple(saved[differ[0]].shape)}, "
+            f"this config {tuple(ours[differ[0]].shape)}"
+            if differ
+            else f"e.g. {missing[0]} is not in the checkpoint"
+        )
+        raise ConfigError(
+            f"resume={checkpoint}: the checkpoint does not fit this model config "
+            f"({len(differ)} tensors differ in shape, {len(missing)} missing; {example}); "
+            "resume with the model, data and layout config it was trained with "
+            "(its run directory's config.yaml)"
+        )

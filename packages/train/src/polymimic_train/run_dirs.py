@@ -1,0 +1,181 @@
+"""Run directories: one per run, never shared, found again to resume.
+
+A new run directory is `<runs_root>/<name>/<YYYY-mm-dd_HH-MM-SS>_<6 hex>`, made with an
+exclusive mkdir, so two runs started in the same second never share one. `run.json`
+records the run's state (`running`, `finished`, `failed`), and a lock held while the run
+lives keeps a second process out of it. It is a POSIX record lock: the kernel drops it
+when the process dies, however it dies, and forked children (loader workers, which may
+outlive a killed parent by seconds) never hold it. `resume` chooses the directory:
+
+- `auto` (or null): a new directory; a requeued SLURM job re-enters its own (its config
+  already names it) and resumes from its `checkpoints/last.ckpt`;
+- `latest`: the newest directory of this `name` that did not finish and no live process
+  holds;
+- a run directory, or a checkpoint inside one: that directory;
+- a checkpoint anywhere else: a new directory, starting from that checkpoint's weights.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from polymimic_data.atomic_files import write_json_atomic
+
+RECORD = "run.json"
+LOCK = "run.lock"
+CHECKPOINTS = "checkpoints"
+LAST = "last.ckpt"
+RESUME_KEYWORDS = ("auto", "latest")
+
+
+class RunDirError(ValueError):
+    """A run directory cannot be used as asked."""
+
+
+def create_run_dir(runs_root: str | os.PathLike[str], name: str) -> Path:
+    """A new, empty run directory, created atomically under `runs_root/name`."""
+    parent = Path(runs_root) / name
+    parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+        path = parent / f"{stamp}_{uuid.uuid4().hex[:6]}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise RunDirError(f"could not create a new run directory under {parent}")
+
+
+def read_record(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def write_record(run_dir: Path, state: str, **fields: Any) -> None:
+    """Update `run.json` (atomically): the state and anything else worth knowing."""
+    record = read_record(run_dir) | fields | {"state": state, "updated": time.time()}
+    write_json_atomic(run_dir / RECORD, record)
+
+
+def is_locked(run_dir: Path) -> bool:
+    """Whether a live process holds this run directory."""
+    try:
+        fd = os.open(run_dir / LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+class RunLock:
+    """Held for a run's whole life; refuses a directory another live process holds."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        fd = os.open(self.run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            holder = read_record(self.run_dir)
+            raise RunDirError(
+                f"run directory {self.run_dir} is in use by process {holder.get('pid', '?')} on "
+                f"{holder.get('host', '?')}; wait for it to end, or start a new run"
+            ) from None
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the lock
+            self._fd = None
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    last = run_dir / CHECKPOINTS / LAST
+    return last if last.exists() else None
+
+
+def _run_dir_of_checkpoint(checkpoint: Path) -> Path | None:
+    parent = checkpoint.resolve().parent
+    return parent.parent if parent.name == CHECKPOINTS else None
+
+
+def latest_unfinished(runs_root: Path, name: str) -> Path:
+    """The newest run directory of `name` that did not finish and no live process holds."""
+    parent = runs_root / name
+    candidates = (
+        sorted(
+            (p for p in parent.iterdir() if p.is_dir() and (p / RECORD).exists()),
+            key=lambda p: (p / RECORD).stat().st_mtime,
+            reverse=True,
+        )
+        if parent.is_dir()
+        else []
+    )
+    for path in candidates:
+        if read_record(path).get("state") != "finished" and not is_locked(path):
+            return path
+    raise RunDirError(
+        f"resume=latest: no unfinished run named {name!r} under {runs_root} "
+        "(set name= to the run's name, or resume=<run dir>)"
+    )
+
+
+def run_dir_for(runs_root: str, name: str, resume: str | None) -> str:
+    """The run directory for this launch (see the module's docstring); checks `resume`."""
+    root = Path(runs_root)
+    if resume is None or resume == "auto":
+        return str(create_run_dir(root, name))
+    if resume == "latest":
+        return str(latest_unfinished(root, name))
+    path = Path(resume).expanduser()
+    if not path.exists():
+        raise RunDirError(
+            f"resume={resume}: no such checkpoint or run directory "
+            f"(use auto, latest, a run directory or a .ckpt file)"
+        )
+    if path.is_dir():
+        if not (path / RECORD).exists() and not (path / CHECKPOINTS).is_dir():
+            raise RunDirError(f"resume={resume}: not a run directory (it has no {RECORD})")
+        return str(path.resolve())
+    owner = _run_dir_of_checkpoint(path)
+    return str(owner) if owner is not None else str(create_run_dir(root, name))
+
+
+def checkpoint_to_resume(resume: str | None, run_dir: Path) -> Path | None:
+    """The checkpoint this run continues from, if any."""
+    if resume is not None and resume not in RESUME_KEYWORDS and Path(resume).is_file():
+        return Path(resume)
+    return last_checkpoint(run_dir)
+
+
+def start(run_dir: Path, *, resumed_from: Path | None) -> RunLock:
+    """Lock the run directory and mark it running; the lock lives as long as the run."""
+    lock = RunLock(run_dir).acquire()
+    write_record(
+        run_dir,
+        "running",
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        resumed_from=str(resumed_from) if resumed_from else None,
+    )
+    return lock
