@@ -14,7 +14,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 PACKAGES = ("data", "policies", "strategies", "eval", "train")
 PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider")
-nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "lint", "typecheck"]
+nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "matrix", "lint", "typecheck"]
 
 
 def sync(session: nox.Session, *args: str) -> None:
@@ -43,9 +43,20 @@ for _package in PACKAGES:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every package's tests and the cross-package tests, with everything installed."""
+    """Every package's tests and the cross-package tests, with everything installed.
+
+    Tests marked slow (real-size models in the matrix) are left to `matrix`.
+    """
     sync(session, "--all-packages")
-    session.run(*PYTEST, *(f"packages/{p}/tests" for p in PACKAGES), "tests", *session.posargs)
+    packages = (f"packages/{p}/tests" for p in PACKAGES)
+    session.run(*PYTEST, "-m", "not slow", *packages, "tests", *session.posargs)
+
+
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """Every model config trained on every data config through the app, real sizes too."""
+    sync(session, "--all-packages")
+    session.run(*PYTEST, "tests/test_matrix.py", *session.posargs)
 
 
 @nox.session
@@ -66,6 +77,14 @@ def bench_data(session: nox.Session) -> None:
     sync(session, "--package", "polymimic-data")
     session.run("python", "benchmarks/loader.py", *session.posargs)
     session.run("python", "benchmarks/data_transforms.py")
+
+
+@nox.session(name="bench-train")
+def bench_train(session: nox.Session) -> None:
+    """`train --help` and misconfigured runs: seconds to answer; `-- --default-run`: the
+    default `train`'s time, throughput, data wait and learning."""
+    sync(session, "--all-packages")
+    session.run("python", "benchmarks/train_startup.py", *session.posargs)
 
 
 @nox.session(name="bench-strategies")

@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import Strategy
 
 import polymimic_train.app
-from polymimic_data import collate_samples
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
 
@@ -52,30 +50,6 @@ def test_every_trainer_config_exposes_the_same_knobs_and_builds(
         return
     built = instantiate(cfg.trainer, logger=False, enable_checkpointing=False)
     assert built.max_steps == cfg.trainer.max_steps and built.gradient_clip_val == 0.5
-
-
-@pytest.mark.parametrize("data", [d for d in _options("data") if d.startswith("synthetic")])
-@pytest.mark.parametrize("model", _options("model"))
-def test_every_model_takes_a_training_step_on_every_data_source(
-    tmp_path: Path, model: str, data: str, compose_train, prepared_data
-) -> None:
-    cfg = compose_train(
-        tmp_path,
-        f"model={model}",
-        f"data={data}",
-        "data.synthetic.episodes=3",
-        "data.synthetic.frames=30",
-        "data.norm.num_samples=20",
-    )
-    datamodule = prepared_data(cfg)
-    policy = instantiate(cfg.model, embodiments=datamodule.embodiment_specs())
-    for name, dataset in datamodule.train_sets.items():
-        batch = datamodule.normalizer.normalize_batch(collate_samples([dataset[0], dataset[5]]))
-        loss = policy.compute_loss(batch)["loss"]
-        loss.backward()
-        assert torch.isfinite(loss), name
-        chunk = policy.sample_actions(batch, torch.Generator().manual_seed(0))
-        assert chunk.shape == batch["actions"].shape
 
 
 def test_slurm_launcher_is_generic_and_follows_the_trainer(tmp_path: Path, compose_train) -> None:

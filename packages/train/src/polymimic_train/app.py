@@ -47,8 +47,8 @@ def _callbacks_and_loggers(cfg: DictConfig) -> tuple[list[Any], list[Any]]:
     return build(cfg.callbacks), build(cfg.logger)
 
 
-def _fit(cfg: DictConfig, run_dir: Path, resume_from: Path | None) -> dict[str, Any]:
-    """Check, build and fit; the summary of the final weights."""
+def _checked(cfg: DictConfig, resume_from: Path | None) -> tuple[dict[str, Any], Any]:
+    """Every check that can fail before data preparation; the data config and the policy."""
     check_config(cfg)
     check_data_roots(cfg.data, Path(cfg.paths.cache_dir) / "episode_index")
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
@@ -58,7 +58,13 @@ def _fit(cfg: DictConfig, run_dir: Path, resume_from: Path | None) -> dict[str, 
         from polymimic_train.run_config import check_resume_fits
 
         check_resume_fits(resume_from, policy)
+    return data_cfg, policy
 
+
+def _fit(
+    cfg: DictConfig, run_dir: Path, resume_from: Path | None, data_cfg: dict[str, Any], policy: Any
+) -> dict[str, Any]:
+    """Prepare the data, fit, and summarise the final weights."""
     import lightning.pytorch as pl
     from hydra.utils import instantiate
 
@@ -122,30 +128,33 @@ def _build_policy(cfg: DictConfig, data_cfg: dict[str, Any]) -> Any:
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Train per `cfg` in its run directory; returns the summary also in `summary.json`."""
+    """Train per `cfg` in its run directory; returns the summary also in `summary.json`.
+
+    A misconfiguration ends here before anything heavy, and leaves no new run directory
+    behind (nor touches the record of a run it was asked to resume).
+    """
     run_dir = Path(cfg.paths.run_dir)
     resume_from = run_dirs.checkpoint_to_resume(cfg.resume, run_dir)
+    fresh = resume_from is None and not (run_dir / run_dirs.RECORD).exists()
+    try:
+        data_cfg, policy = _checked(cfg, resume_from)
+    except ConfigError:
+        if fresh and _launched_rank_zero():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     if not _launched_rank_zero():
-        return _fit(cfg, run_dir, resume_from)
+        return _fit(cfg, run_dir, resume_from, data_cfg, policy)
     if resume_from is not None:
         log.info("resuming from %s", resume_from.resolve())
-    fresh = resume_from is None and not (run_dir / run_dirs.RECORD).exists()
     lock = run_dirs.start(run_dir, resumed_from=resume_from)
     try:
-        summary = _fit(cfg, run_dir, resume_from)
-    except ConfigError:
-        lock.release()
-        if fresh:  # nothing happened: leave no run directory behind
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            run_dirs.write_record(run_dir, "failed", error="configuration error")
-        raise
+        summary = _fit(cfg, run_dir, resume_from, data_cfg, policy)
+        run_dirs.write_record(run_dir, "finished", steps=summary["steps"])
     except BaseException as exc:
         run_dirs.write_record(run_dir, "failed", error=f"{type(exc).__name__}: {exc}")
-        lock.release()
         raise
-    run_dirs.write_record(run_dir, "finished", steps=summary["steps"])
-    lock.release()
+    finally:
+        lock.release()
     return summary
 
 

@@ -63,7 +63,7 @@ def link_atomically(target: Path, link: Path) -> None:
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """ModelCheckpoint with an atomic `last.ckpt` link and no `-vN` copies."""
+    """ModelCheckpoint with an atomic `last.ckpt` link, no `-vN` copies, and the final weights."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(save_last="link", enable_version_counter=False, **kwargs)
@@ -73,6 +73,14 @@ class RunCheckpoint(ModelCheckpoint):
         if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
             link_atomically(Path(filepath), Path(linkpath))
         trainer.strategy.barrier()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The final weights too, when the last step was not a validation step."""
+        if self._should_skip_saving_checkpoint(trainer):  # e.g. already saved at this step
+            return
+        candidates = self._monitor_candidates(trainer)
+        self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)

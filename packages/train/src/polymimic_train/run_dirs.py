@@ -83,7 +83,12 @@ def is_locked(run_dir: Path) -> bool:
 
 
 class RunLock:
-    """Held for a run's whole life; refuses a directory another live process holds."""
+    """Held for a run's whole life; refuses a directory another live process holds.
+
+    POSIX record locks belong to a process: they never conflict within one, and closing
+    any descriptor of the file in the holding process drops them. Only `train` processes
+    take it, once each; `is_locked` is for other processes (e.g. `resume=latest`).
+    """
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -170,6 +175,7 @@ def checkpoint_to_resume(resume: str | None, run_dir: Path) -> Path | None:
 
 def start(run_dir: Path, *, resumed_from: Path | None) -> RunLock:
     """Lock the run directory and mark it running; the lock lives as long as the run."""
+    run_dir.mkdir(parents=True, exist_ok=True)
     lock = RunLock(run_dir).acquire()
     write_record(
         run_dir,

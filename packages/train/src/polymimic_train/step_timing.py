@@ -30,6 +30,8 @@ class StepTimer(pl.Callback):
         self.totals = {"wait_s": 0.0, "step_s": 0.0, "samples": 0}
         self._last_end: float | None = None
         self._started: float | None = None
+        self._train_started = time.perf_counter()
+        self.train_s = 0.0  # fit's training loop, validations included
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -70,11 +72,16 @@ class StepTimer(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._last_end = None
+        self._train_started = time.perf_counter()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.train_s = time.perf_counter() - self._train_started
 
     def summary(self) -> dict[str, float]:
         """samples/s, the share of step time spent waiting for data, and peak memory."""
         total = self.totals["wait_s"] + self.totals["step_s"]
         figures = {
+            "train_s": self.train_s,
             "samples_per_s": self.totals["samples"] / total if total else 0.0,
             "data_wait_fraction": self.totals["wait_s"] / total if total else 0.0,
             "peak_cpu_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -1,0 +1,100 @@
+"""A misconfigured run ends before anything heavy, with one line naming the field and what
+would work, and leaves no run directory behind. (How fast: `nox -s bench-train`.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from polymimic_data.synthetic import ensure_synthetic_episodes
+
+CASES = {
+    "image_tokens": (["model.image_tokens=0"], "model.image_tokens: must be a positive integer"),
+    "heads": (
+        ["model.d_model=30", "model.num_heads=4"],
+        "model.num_heads: 4 does not divide d_model=30; choose one of [1, 2, 3, 5, 6, 10, 15, 30]",
+    ),
+    "batch_size": (["data.batch_size=0"], "data.batch_size: must be a positive integer, got 0"),
+    "max_steps": (["trainer.max_steps=0"], "trainer.max_steps: must be a positive integer"),
+    "interval": (["trainer.val_check_interval=-2"], "trainer.val_check_interval: must be"),
+    "embodiment": (
+        ["data.datasets.eva_bimanual.embodiment=robot9"],
+        "data.datasets.eva_bimanual.embodiment: 'robot9' is not one of ['aria_bimanual',",
+    ),
+    "camera": (
+        ["data.datasets.eva_bimanual.cameras=[top]"],
+        "data.datasets.eva_bimanual.cameras: ['top'] are not cameras of eva_bimanual; "
+        "choose from ['front_1', 'left_wrist', 'right_wrist']",
+    ),
+    "layout": (
+        ["data.datasets.eva_bimanual.layout=joints"],
+        "data.datasets.eva_bimanual.layout: 'joints' is not a layout of eva_bimanual; choose one",
+    ),
+    "name": (["name=my/run"], "name: letters, digits"),
+}
+
+
+def _fails_cleanly(result, expected: str, tmp: Path) -> None:
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {expected}"] or errors[0].startswith(f"error: {expected}"), errors
+    assert "Traceback" not in result.stderr
+    runs = tmp / "runs"
+    assert not runs.exists() or not [p for p in runs.rglob("run.json")], "a run dir was left"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_misconfiguration_fails_before_any_data_with_the_field(
+    tmp_path: Path, train_app, case: str
+) -> None:
+    overrides, expected = CASES[case]
+    result = train_app(tmp_path, None, *overrides)
+    _fails_cleanly(result, expected, tmp_path)
+    assert not (tmp_path / "data").exists()  # no episode was generated
+
+
+def test_a_missing_resume_path_fails_before_anything(tmp_path: Path, train_app) -> None:
+    result = train_app(tmp_path, None, "resume=/does/not/exist")
+    assert result.returncode != 0
+    assert "resume=/does/not/exist: no such checkpoint or run directory" in result.stderr
+    assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_data_root_without_the_embodiment_names_the_dataset(tmp_path: Path, train_app) -> None:
+    aria = ensure_synthetic_episodes(
+        tmp_path / "aria",
+        "aria_bimanual",
+        episodes=2,
+        frames=8,
+        height=16,
+        width=20,
+        progress=False,
+    )
+    result = train_app(tmp_path, None, "data=episodes", f"data.roots=[{aria}]")
+    _fails_cleanly(
+        result, "data.datasets.eva_bimanual: no episodes of eva_bimanual under data.roots", tmp_path
+    )
+
+
+def test_a_checkpoint_of_another_shape_is_refused_in_one_line(tmp_path: Path, train_app) -> None:
+    trained = train_app(tmp_path, None, "data.synthetic.episodes=4", "data.synthetic.frames=20")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    (run_dir,) = (tmp_path / "runs" / "hpt_small-synthetic_eva").iterdir()
+    before = json.loads((run_dir / "run.json").read_text())
+    result = train_app(tmp_path, None, f"resume={run_dir}", "model.d_model=64")
+    assert result.returncode == 2
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert error.startswith(
+        f"error: resume={run_dir / 'checkpoints' / 'last.ckpt'}: the checkpoint"
+    )
+    assert "tensors differ in shape" in error and "size mismatch" not in result.stderr
+    assert json.loads((run_dir / "run.json").read_text()) == before  # untouched
+
+
+def test_help_lists_only_choosable_options(tmp_path: Path, train_app) -> None:
+    result = train_app(tmp_path, None, "--help")
+    assert result.returncode == 0
+    assert "data: episodes, synthetic_aria, synthetic_cotrain, synthetic_eva" in result.stdout
+    assert "base" not in result.stdout.split("== Config ==")[0]

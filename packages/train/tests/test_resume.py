@@ -1,0 +1,113 @@
+"""A run killed with SIGKILL, twice, and resumed ends exactly as an uninterrupted one,
+in its own run directory, with one metrics timeline."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+RUN = [
+    "trainer.max_steps=30",
+    "trainer.val_check_interval=6",
+    "trainer.log_every_n_steps=1",
+    "data.num_workers=2",  # the loader's workers and prefetch must resume too
+    "data.batch_size=8",
+    "data.synthetic.episodes=6",
+    "data.synthetic.frames=30",
+]
+TIMING_COLUMNS = {"samples_per_s", "data_wait"}  # wall-clock figures: never equal
+
+
+def _wait_for(path: Path, process: subprocess.Popen[str], timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended before {path} appeared (see its log)")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"{path} did not appear in {timeout} s")
+        time.sleep(0.05)
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics" / "metrics.csv").open() as f:
+        return [
+            {k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in csv.DictReader(f)
+        ]
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    last = run_dir / "checkpoints" / "last.ckpt"
+    return torch.load(last, map_location="cpu", weights_only=True)["state_dict"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, train_app, train_process) -> dict:
+    tmp = tmp_path_factory.mktemp("resume")
+    whole = train_app(tmp, None, *RUN, "name=whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+
+    first = train_process(tmp, *RUN, "name=killed")
+    _wait_for(tmp / "runs" / "killed", first)
+    (run_dir,) = (tmp / "runs" / "killed").iterdir()
+    _wait_for(run_dir / "checkpoints" / "step000006.ckpt", first)
+    _kill(first)  # just after the first checkpoint
+    killed_at = [sorted(p.name for p in (run_dir / "checkpoints").iterdir())]
+
+    second = train_process(tmp, *RUN, "name=killed", f"resume={run_dir}")
+    _wait_for(run_dir / "checkpoints" / "step000018.ckpt", second)
+    time.sleep(0.5)
+    _kill(second)  # later, mid-interval
+    killed_at.append(sorted(p.name for p in (run_dir / "checkpoints").iterdir()))
+
+    last = train_app(tmp, None, *RUN, "name=killed", "resume=latest")
+    assert last.returncode == 0, last.stderr[-3000:]
+    return {
+        "tmp": tmp,
+        "whole": next((tmp / "runs" / "whole").iterdir()),
+        "resumed": run_dir,
+        "killed_at": killed_at,
+    }
+
+
+def test_resumed_weights_and_metrics_equal_the_uninterrupted_run(runs) -> None:
+    whole, resumed = runs["whole"], runs["resumed"]
+    ours, theirs = _weights(whole), _weights(resumed)
+    assert ours.keys() == theirs.keys()
+    for key in ours:  # bit for bit: same data order, same noise, same optimizer state
+        assert torch.equal(ours[key], theirs[key]), key
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (whole, resumed)]
+    assert summaries[0]["steps"] == summaries[1]["steps"] == 30
+    assert summaries[0]["val_action_error"] == summaries[1]["val_action_error"]
+
+
+def test_metrics_hold_every_step_once_and_keep_what_was_abandoned(runs) -> None:
+    rows = _rows(runs["resumed"])
+    assert rows == _rows(runs["whole"])
+    trained = [int(r["step"]) for r in rows if r.get("train/loss")]
+    assert sorted(trained) == sorted(set(trained)) and len(trained) == 30
+    assert list((runs["resumed"] / "metrics").glob("abandoned-*.csv"))
+
+
+def test_everything_stayed_in_one_run_directory_with_its_history(runs) -> None:
+    assert [p.name for p in (runs["tmp"] / "runs" / "killed").iterdir()] == [runs["resumed"].name]
+    record = json.loads((runs["resumed"] / "run.json").read_text())
+    assert record["state"] == "finished" and record["steps"] == 30
+    assert record["resumed_from"].endswith("last.ckpt")
+    checkpoints = runs["resumed"] / "checkpoints"
+    names = sorted(p.name for p in checkpoints.iterdir())
+    assert names == ["last.ckpt", "step000018.ckpt", "step000024.ckpt", "step000030.ckpt"]
+    assert (checkpoints / "last.ckpt").readlink() == Path("step000030.ckpt")  # relative
+    assert "step000006.ckpt" in runs["killed_at"][0]

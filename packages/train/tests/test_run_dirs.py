@@ -1,0 +1,121 @@
+"""Run directories: never shared, found again to resume, held by one live process."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from polymimic_train import run_dirs
+from polymimic_train.run_dirs import RunDirError
+
+
+def _create(root: str) -> str:
+    return str(run_dirs.create_run_dir(root, "same"))
+
+
+def test_runs_started_together_never_share_a_directory(tmp_path: Path) -> None:
+    with multiprocessing.get_context("fork").Pool(8) as pool:
+        made = pool.map(_create, [str(tmp_path)] * 64)
+    assert len(set(made)) == 64
+    assert sorted(p.name for p in (tmp_path / "same").iterdir()) == sorted(
+        Path(m).name for m in made
+    )
+
+
+def _finished(run_dir: Path) -> Path:
+    run_dirs.write_record(run_dir, "finished", steps=10)
+    return run_dir
+
+
+@contextmanager
+def _held_by_another_process(run_dir: Path) -> Iterator[subprocess.Popen[str]]:
+    """The run directory locked by a live process of its own, as a running train is."""
+    code = (
+        "import time; from pathlib import Path; from polymimic_train import run_dirs;"
+        f"run_dirs.start(Path({str(run_dir)!r}), resumed_from=None); print('held', flush=True);"
+        "time.sleep(120)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+
+def test_latest_is_the_newest_unfinished_run_no_live_process_holds(tmp_path: Path) -> None:
+    older = run_dirs.create_run_dir(tmp_path, "fold")
+    run_dirs.write_record(older, "failed")
+    os.utime(older / run_dirs.RECORD, (1, 1))
+    _finished(run_dirs.create_run_dir(tmp_path, "fold"))
+    held = run_dirs.create_run_dir(tmp_path, "fold")
+    with _held_by_another_process(held):
+        assert run_dirs.run_dir_for(str(tmp_path), "fold", "latest") == str(older)
+        with pytest.raises(RunDirError, match="in use by process"):
+            run_dirs.RunLock(held).acquire()
+    assert run_dirs.run_dir_for(str(tmp_path), "fold", "latest") == str(held)
+    with pytest.raises(RunDirError, match="no unfinished run named 'pour'"):
+        run_dirs.run_dir_for(str(tmp_path), "pour", "latest")
+
+
+def test_the_lock_dies_with_its_process_however_it_dies(tmp_path: Path) -> None:
+    run_dir = run_dirs.create_run_dir(tmp_path, "x")
+    with _held_by_another_process(run_dir) as holder:
+        assert run_dirs.is_locked(run_dir)
+        holder.kill()  # SIGKILL: no cleanup code runs
+        holder.wait()
+        assert not run_dirs.is_locked(run_dir)
+    run_dirs.RunLock(run_dir).acquire().release()
+
+
+def test_resume_names_a_run_or_a_checkpoint(tmp_path: Path) -> None:
+    run_dir = run_dirs.create_run_dir(tmp_path, "n")
+    run_dirs.write_record(run_dir, "failed")
+    checkpoint = run_dir / "checkpoints" / "step000010.ckpt"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"")
+    (run_dir / "checkpoints" / "last.ckpt").symlink_to("step000010.ckpt")
+    assert run_dirs.run_dir_for(str(tmp_path), "n", str(run_dir)) == str(run_dir)
+    assert run_dirs.run_dir_for(str(tmp_path), "n", str(checkpoint)) == str(run_dir)
+    assert (
+        run_dirs.checkpoint_to_resume(str(run_dir), run_dir)
+        == run_dir / "checkpoints" / "last.ckpt"
+    )
+    assert run_dirs.checkpoint_to_resume(str(checkpoint), run_dir) == checkpoint
+    elsewhere = tmp_path / "weights.ckpt"
+    elsewhere.write_bytes(b"")
+    fresh = Path(run_dirs.run_dir_for(str(tmp_path), "n", str(elsewhere)))
+    assert fresh != run_dir and fresh.parent == run_dir.parent
+    with pytest.raises(RunDirError, match="not a run directory"):
+        run_dirs.run_dir_for(str(tmp_path), "n", str(tmp_path))
+    assert json.loads((run_dir / run_dirs.RECORD).read_text())["state"] == "failed"
+
+
+def test_two_trainings_started_at_the_same_moment_keep_their_own_records(
+    tmp_path: Path, train_process
+) -> None:
+    overrides = ["trainer.max_steps=5", "data.synthetic.episodes=4", "data.synthetic.frames=20"]
+    first = train_process(tmp_path, *overrides, "name=twin")
+    second = train_process(tmp_path, *overrides, "name=twin")
+    assert first.wait(timeout=600) == 0 and second.wait(timeout=600) == 0
+    made = sorted((tmp_path / "runs" / "twin").iterdir())
+    assert len(made) == 2
+    pids = set()
+    for run_dir in made:
+        record = json.loads((run_dir / "run.json").read_text())
+        assert record["state"] == "finished" and record["steps"] == 5
+        pids.add(record["pid"])
+        assert json.loads((run_dir / "summary.json").read_text())["run_dir"] == str(run_dir)
+        assert (run_dir / "checkpoints" / "last.ckpt").resolve().name == "step000005.ckpt"
+    assert pids == {first.pid, second.pid}
