@@ -109,6 +109,37 @@ def per_sample_figures(
     emit("naive_zarr_ms_per_sample", naive, "ms", layout=layout)
 
 
+def episode_open_figures(dataset: EpisodeDataset, layout: str, count: int = 20) -> None:
+    """A worker opening an episode it has not seen: every numeric array read whole.
+
+    Ours (from the chunk files) against zarr's array API, over the same episodes; this
+    is per-sample cost once a data set outgrows the workers' episode caches.
+    """
+    episodes = dataset.episodes[:count]
+    keys = dataset.spec.numeric_keys
+
+    def ours() -> float:
+        start = time.perf_counter()
+        for episode in episodes:
+            reader = EpisodeReader(episode.path)
+            for key in keys:
+                reader.read_numeric(key)
+        return (time.perf_counter() - start) / len(episodes) * 1e3
+
+    def through_zarr() -> float:
+        start = time.perf_counter()
+        for episode in episodes:
+            group = zarr.open_group(episode.path, mode="r")
+            for key in keys:
+                np.asarray(group[key][: episode.total_frames], dtype=np.float32)
+        return (time.perf_counter() - start) / len(episodes) * 1e3
+
+    best = [min(pair) for pair in zip(*[(ours(), through_zarr()) for _ in range(3)], strict=True)]
+    emit("episode_open_ms", best[0], "ms", layout=layout, arrays=len(keys))
+    emit("zarr_episode_open_ms", best[1], "ms", layout=layout)
+    emit("zarr_over_ours_episode_open", best[1] / best[0], "ratio", layout=layout)
+
+
 def endless(loader: DataLoader) -> Iterator[Any]:
     """Batches across epochs, however few a root holds."""
     while True:
@@ -235,6 +266,7 @@ def main() -> None:
             roots = {"given": args.root}
         for layout, root in roots.items():
             per_sample_figures(root_dataset(root), args.samples, seed=0, layout=layout)
+            episode_open_figures(root_dataset(root), layout)
         dataloader_figure(root_dataset(next(iter(roots.values()))), args.batches)
         if not args.skip_resolve:
             tiny = tiny_episodes(tmp, 10_000)

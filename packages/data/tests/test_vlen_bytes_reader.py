@@ -12,7 +12,8 @@ import zarr
 import zarr.dtype
 from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ShardingCodec, ZstdCodec
 
-from polymimic_data.vlen_bytes_reader import FrameBytesError, VlenBytesArrayReader
+from polymimic_data.vlen_bytes_reader import VlenBytesArrayReader
+from polymimic_data.zarr_chunks import ChunkFileError
 
 ITEMS = [bytes([i % 256]) * (i * 7 % 50 + 1) for i in range(23)]
 
@@ -105,7 +106,7 @@ def test_truncated_shard_loses_the_whole_file_and_names_it(tmp_path: Path, name:
     shard = tmp_path / "ep" / "images.front_1" / "c" / "0"
     shard.write_bytes(shard.read_bytes()[:40])
     reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
-    with pytest.raises(FrameBytesError, match=r"c/0") as caught:
+    with pytest.raises(ChunkFileError, match=r"c/0") as caught:
         reader.get(3)
     assert caught.value.whole_file
 
@@ -117,7 +118,7 @@ def test_the_index_checksum_is_verified(tmp_path: Path) -> None:
     data[-10] ^= 0xFF  # inside the index, not its checksum
     shard.write_bytes(bytes(data))
     reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
-    with pytest.raises(FrameBytesError, match="crc32c checksum mismatch") as caught:
+    with pytest.raises(ChunkFileError, match="crc32c checksum mismatch") as caught:
         reader.get(0)
     assert caught.value.whole_file
 
@@ -131,7 +132,7 @@ def test_a_corrupt_inner_chunk_loses_only_its_frame(tmp_path: Path) -> None:
     data[offset + 9] ^= 0xFF
     shard.write_bytes(bytes(data))
     reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
-    with pytest.raises(FrameBytesError, match="inner chunk is corrupt") as caught:
+    with pytest.raises(ChunkFileError, match="inner chunk is corrupt") as caught:
         reader.get(2)
     assert not caught.value.whole_file
     assert reader.get(1) == ITEMS[1] and reader.get(3) == ITEMS[3]
@@ -142,5 +143,5 @@ def test_corrupt_chunk_is_reported(tmp_path: Path) -> None:
     chunk = tmp_path / "ep" / "images.front_1" / "c" / "2"
     chunk.write_bytes(b"\x05\x00\x00\x00\xff\xff\xff\x00")
     reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
-    with pytest.raises(FrameBytesError, match="truncated"):
+    with pytest.raises(ChunkFileError, match="truncated"):
         reader.get(11)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_data.vlen_bytes_reader import FrameBytesError
+from polymimic_data.zarr_chunks import ChunkFileError
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def read_fault(episode: str, key: str, frame: int, exc: Exception) -> SampleFaul
     """The fault of a failed read: of the whole episode when its file, not a frame, is broken."""
     missing_key = isinstance(exc, KeyError)
     reason = str(exc.args[0]) if missing_key and exc.args else str(exc)
-    whole = missing_key or (isinstance(exc, FrameBytesError) and exc.whole_file)
+    whole = missing_key or (isinstance(exc, ChunkFileError) and exc.whole_file)
     return SampleFault(DataFault(episode, key, frame, reason), whole_episode=whole)
 
 

@@ -21,7 +21,9 @@ import numpy as np
 import zarr
 import zarr.dtype
 
-from polymimic_data.vlen_bytes_reader import FrameBytesError, VlenBytesArrayReader
+from polymimic_data.numeric_reader import read_rows
+from polymimic_data.vlen_bytes_reader import VlenBytesArrayReader
+from polymimic_data.zarr_chunks import ChunkFileError
 
 EPISODE_SUFFIX = ".zarr"
 FRAMES_PER_SHARD = 256
@@ -253,10 +255,13 @@ class EpisodeReader:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         try:
-            self._group = zarr.open_group(self.path, mode="r")
-        except Exception as exc:
+            meta = json.loads((self.path / "zarr.json").read_text())
+            if meta.get("node_type") != "group":
+                raise ValueError("zarr.json is not a group's")
+        except (OSError, ValueError) as exc:
             raise ValueError(f"{self.path}: cannot open as a zarr group ({exc})") from exc
-        self.attrs: dict[str, Any] = dict(self._group.attrs)
+        self.attrs: dict[str, Any] = dict(meta.get("attributes", {}))
+        self._zarr_group: Any = None  # opened only when an array needs zarr's own reader
         for field in ("embodiment", "total_frames"):
             if field not in self.attrs:
                 raise ValueError(f"{self.path}: attribute {field!r} is missing")
@@ -272,6 +277,15 @@ class EpisodeReader:
     def embodiment(self) -> str:
         return str(self.attrs["embodiment"]).lower()
 
+    @property
+    def _group(self) -> Any:
+        if self._zarr_group is None:
+            try:
+                self._zarr_group = zarr.open_group(self.path, mode="r")
+            except Exception as exc:
+                raise ValueError(f"{self.path}: cannot open as a zarr group ({exc})") from exc
+        return self._zarr_group
+
     def keys(self) -> list[str]:
         return sorted(self._group.array_keys())
 
@@ -286,8 +300,16 @@ class EpisodeReader:
         return arr
 
     def read_numeric(self, key: str) -> np.ndarray:
-        """The whole array, clamped to `total_frames`, as float32."""
-        return np.asarray(self._array(key)[: self.total_frames], dtype=np.float32)
+        """The whole array, clamped to `total_frames`, as float32.
+
+        Read from its chunk files where the layout allows, else through zarr.
+        """
+        if not (self.path / key / "zarr.json").exists():
+            raise KeyError(f"{self.path}: key {key!r} is missing")
+        values = read_rows(self.path / key, self.total_frames)
+        if values is None:
+            values = self._array(key)[: self.total_frames]
+        return np.asarray(values, dtype=np.float32)
 
     def read_jpeg(self, camera: str, frame: int) -> bytes:
         """The JPEG bytes of one frame of one camera, by byte range where possible."""
@@ -299,7 +321,7 @@ class EpisodeReader:
             try:
                 reader = VlenBytesArrayReader(self.path / key, lambda: self._array(key))
             except (OSError, ValueError, KeyError) as exc:
-                raise FrameBytesError(
+                raise ChunkFileError(
                     f"{self.path / key}: unreadable array metadata ({exc})", whole_file=True
                 ) from exc
             self._jpeg_readers[camera] = reader
@@ -315,11 +337,12 @@ class EpisodeReader:
         return [self.read_jpeg(camera, f) for f in range(start, min(stop, self.total_frames))]
 
     def read_annotations(self) -> list[dict[str, Any]]:
-        if "annotations" not in self._group.array_keys():
+        array_dir = self.path / "annotations"
+        if not (array_dir / "zarr.json").exists():
             return []
+        reader = VlenBytesArrayReader(array_dir, lambda: self._array("annotations"))
         with _vlen_bytes_allowed():
-            raw = self._array("annotations")[:]
-        return [json.loads(bytes(v)) for v in raw]
+            return [json.loads(reader.get(i)) for i in range(int(reader.meta["shape"][0]))]
 
 
 def episode_hash(path: str | os.PathLike[str]) -> str:

@@ -70,13 +70,14 @@ def _fit(
 
     from polymimic_data.atomic_files import write_json_atomic
     from polymimic_data.image_augmentation import ImageAugmentation
-    from polymimic_strategies import reap_stale_gpu_processes
+    from polymimic_strategies import fit_torch_threads, reap_stale_gpu_processes
     from polymimic_train.data_module import EmbodimentDataModule
     from polymimic_train.policy_module import PolicyModule
     from polymimic_train.run_record import record_run_start, summarise
 
     if cfg.reap_stale_gpu_processes and "SLURM_JOB_ID" in os.environ and _launched_rank_zero():
         reap_stale_gpu_processes()  # once per node
+    fit_torch_threads()  # a container's CPU quota, not the host's cores
     pl.seed_everything(cfg.seed, workers=True)
     datamodule = EmbodimentDataModule(
         data_cfg, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir, seed=cfg.seed
