@@ -131,7 +131,9 @@ def episode_open_figures(dataset: EpisodeDataset, layout: str, count: int = 20) 
         for episode in episodes:
             group = zarr.open_group(episode.path, mode="r")
             for key in keys:
-                np.asarray(group[key][: episode.total_frames], dtype=np.float32)
+                array = group[key]
+                assert isinstance(array, zarr.Array)
+                np.asarray(array[: episode.total_frames], dtype=np.float32)
         return (time.perf_counter() - start) / len(episodes) * 1e3
 
     best = [min(pair) for pair in zip(*[(ours(), through_zarr()) for _ in range(3)], strict=True)]
