@@ -55,11 +55,19 @@ def test_a_misconfiguration_fails_before_any_data_with_the_field(
     assert not (tmp_path / "data").exists()  # no episode was generated
 
 
-def test_a_missing_resume_path_fails_before_anything(tmp_path: Path, train_app) -> None:
-    result = train_app(tmp_path, None, "resume=/does/not/exist")
-    assert result.returncode != 0
-    assert "resume=/does/not/exist: no such checkpoint or run directory" in result.stderr
-    assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()
+@pytest.mark.parametrize(
+    ("resume", "expected"),
+    [
+        ("/does/not/exist", "resume=/does/not/exist: no such checkpoint or run directory"),
+        ("latest", "resume=latest: no unfinished run named 'hpt_small-synthetic_eva'"),
+    ],
+)
+def test_a_resume_that_cannot_work_fails_before_anything(
+    tmp_path: Path, train_app, resume: str, expected: str
+) -> None:
+    result = train_app(tmp_path, None, f"resume={resume}")
+    _fails_cleanly(result, expected, tmp_path)
+    assert not (tmp_path / "data").exists()
 
 
 def test_a_data_root_without_the_embodiment_names_the_dataset(tmp_path: Path, train_app) -> None:

@@ -65,8 +65,9 @@ def test_latest_is_the_newest_unfinished_run_no_live_process_holds(tmp_path: Pat
         with pytest.raises(RunDirError, match="in use by process"):
             run_dirs.RunLock(held).acquire()
     assert run_dirs.run_dir_for(str(tmp_path), "fold", "latest") == str(held)
+    fresh = Path(run_dirs.run_dir_for(str(tmp_path), "pour", "latest"))  # none: a new one
     with pytest.raises(RunDirError, match="no unfinished run named 'pour'"):
-        run_dirs.run_dir_for(str(tmp_path), "pour", "latest")
+        run_dirs.checkpoint_to_resume("latest", fresh, "pour")
 
 
 def test_the_lock_dies_with_its_process_however_it_dies(tmp_path: Path) -> None:
@@ -98,7 +99,9 @@ def test_resume_names_a_run_or_a_checkpoint(tmp_path: Path) -> None:
     fresh = Path(run_dirs.run_dir_for(str(tmp_path), "n", str(elsewhere)))
     assert fresh != run_dir and fresh.parent == run_dir.parent
     with pytest.raises(RunDirError, match="not a run directory"):
-        run_dirs.run_dir_for(str(tmp_path), "n", str(tmp_path))
+        run_dirs.checkpoint_to_resume(str(tmp_path), fresh)
+    with pytest.raises(RunDirError, match="no such checkpoint or run directory"):
+        run_dirs.checkpoint_to_resume(str(tmp_path / "missing"), fresh)
     assert json.loads((run_dir / run_dirs.RECORD).read_text())["state"] == "failed"
 
 

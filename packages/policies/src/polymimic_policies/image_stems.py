@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torchvision.models import resnet
-from torchvision.models.resnet import BasicBlock
 
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -16,7 +14,11 @@ def build_resnet_trunk(blocks_per_stage: tuple[int, ...]) -> tuple[nn.Module, in
 
     (2, 2, 2, 2) is ResNet-18; (1, 1, 1, 1) a lighter ResNet-10 for CPU runs.
     """
-    net = resnet.ResNet(BasicBlock, list(blocks_per_stage))
+    # Imported here: torchvision.models takes seconds to import (it loads every model
+    # family), and a policy whose config is wrong should say so before paying for it.
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    net = ResNet(BasicBlock, list(blocks_per_stage))
     body = nn.Sequential(
         net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3, net.layer4
     )

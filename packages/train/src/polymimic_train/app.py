@@ -135,11 +135,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     behind (nor touches the record of a run it was asked to resume).
     """
     run_dir = Path(cfg.paths.run_dir)
-    resume_from = run_dirs.checkpoint_to_resume(cfg.resume, run_dir)
-    fresh = resume_from is None and not (run_dir / run_dirs.RECORD).exists()
+    fresh = not (run_dir / run_dirs.RECORD).exists() and run_dirs.last_checkpoint(run_dir) is None
     try:
+        resume_from = run_dirs.checkpoint_to_resume(cfg.resume, run_dir, cfg.name)
         data_cfg, policy = _checked(cfg, resume_from)
-    except ConfigError:
+    except (ConfigError, run_dirs.RunDirError):
         if fresh and _launched_rank_zero():
             shutil.rmtree(run_dir, ignore_errors=True)
         raise

@@ -124,53 +124,69 @@ def _run_dir_of_checkpoint(checkpoint: Path) -> Path | None:
     return parent.parent if parent.name == CHECKPOINTS else None
 
 
-def latest_unfinished(runs_root: Path, name: str) -> Path:
+def latest_unfinished(runs_root: Path, name: str) -> Path | None:
     """The newest run directory of `name` that did not finish and no live process holds."""
     parent = runs_root / name
-    candidates = (
-        sorted(
-            (p for p in parent.iterdir() if p.is_dir() and (p / RECORD).exists()),
-            key=lambda p: (p / RECORD).stat().st_mtime,
-            reverse=True,
-        )
-        if parent.is_dir()
-        else []
+    if not parent.is_dir():
+        return None
+    candidates = sorted(
+        (p for p in parent.iterdir() if p.is_dir() and (p / RECORD).exists()),
+        key=lambda p: (p / RECORD).stat().st_mtime,
+        reverse=True,
     )
     for path in candidates:
         if read_record(path).get("state") != "finished" and not is_locked(path):
             return path
-    raise RunDirError(
-        f"resume=latest: no unfinished run named {name!r} under {runs_root} "
-        "(set name= to the run's name, or resume=<run dir>)"
-    )
+    return None
 
 
 def run_dir_for(runs_root: str, name: str, resume: str | None) -> str:
-    """The run directory for this launch (see the module's docstring); checks `resume`."""
+    """The run directory for this launch (see the module's docstring).
+
+    Never raises for a `resume` that cannot work: it gives a new directory, and
+    checkpoint_to_resume, called by the app once Hydra has set up, names the problem
+    (an exception here would reach the user as an interpolation traceback).
+    """
     root = Path(runs_root)
-    if resume is None or resume == "auto":
-        return str(create_run_dir(root, name))
     if resume == "latest":
-        return str(latest_unfinished(root, name))
+        found = latest_unfinished(root, name)
+        if found is not None:
+            return str(found)
+    elif resume is not None and resume != "auto":
+        path = Path(resume).expanduser()
+        if path.is_dir() and _is_run_dir(path):
+            return str(path.resolve())
+        if path.is_file() and (owner := _run_dir_of_checkpoint(path)) is not None:
+            return str(owner)
+    return str(create_run_dir(root, name))
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / RECORD).exists() or (path / CHECKPOINTS).is_dir()
+
+
+def checkpoint_to_resume(resume: str | None, run_dir: Path, name: str = "") -> Path | None:
+    """The checkpoint this run continues from, if any; RunDirError when `resume` is unusable."""
+    if resume is None or resume == "auto":
+        return last_checkpoint(run_dir)  # a requeued job's own, or none
+    if resume == "latest":
+        if not (run_dir / RECORD).exists():  # run_dir_for found none and made a new one
+            raise RunDirError(
+                f"resume=latest: no unfinished run named {name!r} under {run_dir.parent.parent} "
+                "(set name= to the run's name, or resume=<run dir>)"
+            )
+        return last_checkpoint(run_dir)
     path = Path(resume).expanduser()
     if not path.exists():
         raise RunDirError(
             f"resume={resume}: no such checkpoint or run directory "
-            f"(use auto, latest, a run directory or a .ckpt file)"
+            "(use auto, latest, a run directory or a .ckpt file)"
         )
     if path.is_dir():
-        if not (path / RECORD).exists() and not (path / CHECKPOINTS).is_dir():
+        if not _is_run_dir(path):
             raise RunDirError(f"resume={resume}: not a run directory (it has no {RECORD})")
-        return str(path.resolve())
-    owner = _run_dir_of_checkpoint(path)
-    return str(owner) if owner is not None else str(create_run_dir(root, name))
-
-
-def checkpoint_to_resume(resume: str | None, run_dir: Path) -> Path | None:
-    """The checkpoint this run continues from, if any."""
-    if resume is not None and resume not in RESUME_KEYWORDS and Path(resume).is_file():
-        return Path(resume)
-    return last_checkpoint(run_dir)
+        return last_checkpoint(path)
+    return path
 
 
 def start(run_dir: Path, *, resumed_from: Path | None) -> RunLock:
