@@ -79,6 +79,14 @@ def bench_data(session: nox.Session) -> None:
     session.run("python", "benchmarks/data_transforms.py")
 
 
+@nox.session(name="bench-policies")
+def bench_policies(session: nox.Session) -> None:
+    """Parameter counts of every model config (on the meta device); HPT-12M's CPU training
+    speed and memory, eager and compiled; HPT-300M and 1B in bf16 where a GPU is."""
+    sync(session, "--all-packages")
+    session.run("python", "benchmarks/policies.py", *session.posargs)
+
+
 @nox.session(name="bench-train")
 def bench_train(session: nox.Session) -> None:
     """`train --help` and misconfigured runs: seconds to answer; `-- --default-run`: the

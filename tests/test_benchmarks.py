@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from polymimic_data.synthetic import ensure_synthetic_episodes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,3 +30,20 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
     assert figures["ms_per_sample"]["samples"] == 20
     assert figures["dataloader_samples_per_s"]["value"] > 0
     assert figures["dataloader_samples_per_s"]["batch_size"] == 32  # 60 samples: 1 batch an epoch
+
+
+def test_policy_benchmark_counts_every_model_config() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "policies.py"), "--skip-speed"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line]
+    trunks = {
+        line["model"]: line["millions"] for line in lines if line["metric"] == "trunk_parameters"
+    }
+    configs = {p.stem for p in (ROOT / "configs" / "model").glob("*.yaml")}
+    assert set(trunks) == configs
+    assert trunks["hpt_1b"] == pytest.approx(1000, rel=0.05)

@@ -20,6 +20,7 @@ THIRD_PARTY = {
     "simplejpeg",
     "tqdm",
     "torchvision",
+    "safetensors",
     "transformers",
     "diffusers",
     "lightning",
@@ -44,7 +45,7 @@ ALLOWED: dict[str, set[str]] = {
         "tqdm",
         "fsspec",
     },
-    "policies": {"torch", "torchvision", "transformers", "diffusers"},
+    "policies": {"torch", "torchvision", "safetensors", "transformers", "diffusers"},
     "strategies": {"torch", "lightning"},
     "eval": {"numpy", "torch", "av", "polymimic_data"},
     "train": {

@@ -1,21 +1,28 @@
 """Every model config trains on every data config for a few steps, through the app itself.
 
 The configs are enumerated from the config tree, so a new model or data config cannot
-land untested. Real-size models are marked slow: `nox -s matrix` runs them all.
+land untested. Policies over 10M parameters are marked slow (`nox -s matrix` runs them);
+sizes over 100M are for GPUs: on the CPU they are built on the meta device and counted
+(test_model_sizes), not trained.
 """
 
 from __future__ import annotations
 
 import math
+from functools import cache
 from pathlib import Path
 
 import pytest
+import torch
+from hydra import compose, initialize_config_module
+from hydra.utils import instantiate
 
 import polymimic_train.app
 from polymimic_data.synthetic import ensure_synthetic_episodes
+from polymimic_train.run_config import embodiment_specs
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
-SLOW_MODELS = {"hpt"}  # real sizes: seconds a step on a CPU
+SLOW, GPU_ONLY = 10e6, 100e6
 
 TINY = [
     "name=matrix",
@@ -35,12 +42,25 @@ def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
 
 
+@cache
+def parameters(model: str) -> int:
+    """The whole policy's parameters on eva (counted on the meta device)."""
+    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
+        cfg = compose("train", overrides=[f"model={model}", "name=count"])
+    with torch.device("meta"):
+        policy = instantiate(cfg.model, embodiments=embodiment_specs(cfg.data))
+    return sum(p.numel() for p in policy.parameters())
+
+
 def _pairs() -> list:
-    return [
-        pytest.param(model, data, marks=[pytest.mark.slow] if model in SLOW_MODELS else [])
-        for model in _options("model")
-        for data in _options("data")
-    ]
+    pairs = []
+    for model in _options("model"):
+        size = parameters(model)
+        if size > GPU_ONLY:
+            continue
+        marks = [pytest.mark.slow] if size > SLOW else []
+        pairs += [pytest.param(model, data, marks=marks) for data in _options("data")]
+    return pairs
 
 
 def _data_overrides(tmp: Path, data: str) -> list[str]:
@@ -53,22 +73,24 @@ def _data_overrides(tmp: Path, data: str) -> list[str]:
     return [f"data.roots=[{root}]"]
 
 
-def test_the_matrix_covers_every_config() -> None:
+def test_the_matrix_covers_every_config_a_cpu_can_train() -> None:
     pairs = {tuple(p.values) for p in _pairs()}
-    assert {"synthetic_eva", "synthetic_aria", "synthetic_mecka", "synthetic_scale"} <= {
-        d for _, d in pairs
-    }
-    assert {"synthetic_cotrain", "episodes"} <= {d for _, d in pairs}
-    assert len(pairs) == len(_options("model")) * len(_options("data"))
+    datas = {d for _, d in pairs}
+    assert {"synthetic_eva", "synthetic_aria", "synthetic_mecka", "synthetic_scale"} <= datas
+    assert {"synthetic_cotrain", "episodes"} <= datas
+    trained = {m for m, _ in pairs}
+    assert {"hpt_small", "hpt_eva", "hpt_human", "hpt_cotrain_shared_heads"} <= trained
+    assert trained | {m for m in _options("model") if parameters(m) > GPU_ONLY} == set(
+        _options("model")
+    )
 
 
 @pytest.mark.parametrize(("model", "data"), _pairs())
 def test_every_model_trains_on_every_data_config(
     tmp_path: Path, model: str, data: str, compose_train
 ) -> None:
-    cfg = compose_train(
-        tmp_path, f"model={model}", f"data={data}", *TINY, *_data_overrides(tmp_path, data)
-    )
+    overrides = [f"model={model}", f"data={data}", *TINY, *_data_overrides(tmp_path, data)]
+    cfg = compose_train(tmp_path, *overrides)
     summary = polymimic_train.app.run(cfg)
     assert summary["steps"] == 2
     assert math.isfinite(summary["val_action_error"]) and summary["val_action_error"] > 0

@@ -1,10 +1,21 @@
+"""HPT as a plain nn.Module: stems, trunk and heads, per embodiment or shared."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from polymimic_policies import FlowMatchingActionHead, HPTPolicy
+from polymimic_policies import HPTPolicy
 
+EVA_GROUPS = [
+    ("left_position", 3),
+    ("left_rotation", 4),
+    ("left_gripper", 1),
+    ("right_position", 3),
+    ("right_rotation", 4),
+    ("right_gripper", 1),
+]
+ARIA_GROUPS = [("left_position", 3), ("left_rotation", 6), ("right_position", 3)]
 SPECS = {
     "eva_bimanual": {
         "state_dim": 16,
@@ -12,92 +23,100 @@ SPECS = {
         "history": 2,
         "horizon": 4,
         "cameras": ["front_1"],
+        "action_groups": EVA_GROUPS,
     },
     "aria_bimanual": {
-        "state_dim": 14,
-        "action_dim": 14,
+        "state_dim": 12,
+        "action_dim": 12,
         "history": 1,
-        "horizon": 4,
+        "horizon": 3,
         "cameras": ["front_1"],
+        "action_groups": ARIA_GROUPS,
     },
 }
+TINY = {"d_model": 32, "num_heads": 2, "image_tokens": 2, "resnet_blocks": (1, 1, 1, 1)}
 
 
-def _policy() -> HPTPolicy:
+def policy(**overrides) -> HPTPolicy:
     torch.manual_seed(0)
-    return HPTPolicy(
-        embodiments=SPECS, d_model=32, num_heads=2, image_tokens=2, resnet_blocks=(1, 1, 1, 1)
-    )
+    return HPTPolicy(embodiments=SPECS, **(TINY | overrides))
 
 
-def _batch(embodiment: str, size: int = 3) -> dict:
+def batch(embodiment: str, size: int = 3, seed: int = 1) -> dict:
     spec = SPECS[embodiment]
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (size, 3, 32, 40), dtype=torch.uint8, generator=g)
     return {
         "embodiment": embodiment,
-        "images.front_1": torch.randint(0, 256, (size, 3, 32, 40), dtype=torch.uint8, generator=g),
+        "images.front_1": images,
         "state": torch.randn(size, spec["history"], spec["state_dim"], generator=g),
         "actions": torch.randn(size, spec["horizon"], spec["action_dim"], generator=g),
         "action_mask": torch.ones(size, spec["horizon"], dtype=torch.bool),
+        "prompt": ["pick up the cup", "", "fold"][:size],
     }
 
 
-def test_builds_on_the_cpu_and_every_trainable_parameter_of_an_embodiment_learns() -> None:
-    policy = _policy()
-    assert {p.device.type for p in policy.parameters()} == {"cpu"}
-    out = policy.compute_loss(_batch("eva_bimanual"))
-    assert set(out) >= {"loss"} and out["loss"].ndim == 0 and torch.isfinite(out["loss"])
+def _grads(model: HPTPolicy, data: dict, seed: int = 3) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    torch.manual_seed(seed)
+    model.compute_loss(data)["loss"].backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_builds_on_the_cpu_and_every_parameter_of_the_embodiment_learns() -> None:
+    model = policy(use_prompt=True)
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    out = model.compute_loss(batch("eva_bimanual"))
+    assert set(out) == {"loss", "flow_loss"} and torch.isfinite(out["loss"])
     out["loss"].backward()
-    without_grad = [n for n, p in policy.named_parameters() if "aria" not in n and p.grad is None]
-    assert without_grad == []
+    idle = [n for n, p in model.named_parameters() if "aria" not in n and p.grad is None]
+    assert idle == []
+
+
+@pytest.mark.parametrize("head", ["flow", "regression"])
+def test_padded_steps_give_no_gradient(head: str) -> None:
+    model = policy(head=head)
+    data = batch("eva_bimanual")
+    data["action_mask"] = torch.tensor([[True, True, False, False]] * 3)
+    before = _grads(model, data)
+    data["actions"][:, 2:] += 1000.0  # what a padded step holds must not matter
+    after = _grads(model, data)
+    assert before.keys() == after.keys()
+    for name, grad in before.items():
+        torch.testing.assert_close(after[name], grad, msg=name)
+
+
+def test_a_shared_head_predicts_each_embodiments_own_channel_groups() -> None:
+    model = policy(shared_head=True, shared_stems={"front_1": "front"})
+    assert list(model.heads) == ["shared"] and list(model.stems)[1] == "front"
+    head = model.heads["shared"]
+    assert "left_rotation__4" in head.action_in and "left_rotation__6" in head.action_in
+    assert model.sample_actions(batch("aria_bimanual")).shape == (3, 3, 12)
+    grads = _grads(model, batch("aria_bimanual"))
+    touched = {n.split(".")[3] for n in grads if n.startswith("heads.shared.action_")}
+    assert touched == {"left_position__3", "left_rotation__6", "right_position__3"}
 
 
 def test_sampling_is_deterministic_with_a_generator_and_shaped_like_the_chunk() -> None:
-    policy = _policy().eval()
-    batch = _batch("aria_bimanual")
-    first = policy.sample_actions(batch, torch.Generator().manual_seed(7))
-    again = policy.sample_actions(batch, torch.Generator().manual_seed(7))
-    other = policy.sample_actions(batch, torch.Generator().manual_seed(8))
-    assert first.shape == (3, 4, 14)
+    model = policy().eval()
+    data = batch("aria_bimanual")
+    first = model.sample_actions(data, torch.Generator().manual_seed(7))
+    again = model.sample_actions(data, torch.Generator().manual_seed(7))
+    other = model.sample_actions(data, torch.Generator().manual_seed(8))
+    assert first.shape == (3, 3, 12)
     torch.testing.assert_close(first, again)
     assert not torch.allclose(first, other)
 
 
-class _ZeroVelocityHead(FlowMatchingActionHead):
-    def velocity(self, noisy, t, context):
-        return torch.zeros_like(noisy)
-
-
-def test_masked_steps_do_not_contribute_to_the_loss() -> None:
-    head = _ZeroVelocityHead(action_dim=3, horizon=4, d_model=8, num_heads=2)
-    actions = torch.randn(2, 4, 3)
-    mask = torch.tensor([[True, True, False, False]] * 2)
-    torch.manual_seed(3)
-    base = head.loss(torch.zeros(2, 1, 8), actions, mask)
-    actions[:, 2:] += 100.0
-    torch.manual_seed(3)
-    assert torch.equal(head.loss(torch.zeros(2, 1, 8), actions, mask), base)
-    torch.manual_seed(3)
-    assert head.loss(torch.zeros(2, 1, 8), actions, torch.ones(2, 4, dtype=torch.bool)) > 1000
-
-
-def test_param_groups_split_backbones_and_cover_every_parameter_once() -> None:
-    policy = _policy()
-    groups = policy.param_groups(lr=1e-3, backbone_lr=1e-4)
-    ids = [id(p) for g in groups for p in g["params"]]
-    assert len(ids) == len(set(ids)) == len(list(policy.parameters()))
-    backbone = next(g for g in groups if g["name"] == "backbone")
-    assert backbone["lr"] == 1e-4 and backbone["params"]
-
-
-def test_overfits_one_batch() -> None:
-    policy = _policy()
-    batch = _batch("eva_bimanual", size=4)
-    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+@pytest.mark.parametrize("head", ["flow", "regression"])
+def test_overfits_one_batch(head: str) -> None:
+    model = policy(head=head)
+    data = batch("eva_bimanual", size=4)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
-    for step in range(120):
+    for step in range(150):
         torch.manual_seed(step)
-        loss = policy.compute_loss(batch)["loss"]
+        loss = model.compute_loss(data)["loss"]
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -105,11 +124,66 @@ def test_overfits_one_batch() -> None:
     assert sum(losses[-20:]) < 0.7 * sum(losses[:20])
 
 
+def test_param_groups_split_backbones_and_cover_every_trainable_parameter_once() -> None:
+    model = policy()
+    groups = model.param_groups(lr=1e-3, backbone_lr=1e-4)
+    ids = [id(p) for g in groups for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
+    backbone = next(g for g in groups if g["name"] == "backbone")
+    assert backbone["lr"] == 1e-4 and backbone["params"]
+
+
+def test_a_frozen_backbone_keeps_its_weights_and_batch_norm_statistics() -> None:
+    model = policy(freeze_backbone=True)
+    stem = model.stems["eva_bimanual__front_1"]
+    before = {k: v.clone() for k, v in stem.backbone.state_dict().items()}
+    model.train()
+    assert not stem.backbone.training and stem.training
+    opt = torch.optim.Adam(
+        [p for g in model.param_groups(lr=1e-2, backbone_lr=1e-2) for p in g["params"]], lr=1e-2
+    )
+    for _ in range(3):
+        loss = model.compute_loss(batch("eva_bimanual"))["loss"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for key, value in stem.backbone.state_dict().items():
+        assert torch.equal(value, before[key]), key  # running_mean/var included
+    assert not next(g for g in model.param_groups(1e-3, 1e-4) if g["name"] == "backbone")["params"]
+
+
+def test_a_small_vit_backbone_takes_images_of_any_shape() -> None:
+    model = policy(image_backbone="vit", vit_layers=1, vit_patch_size=8)
+    for height, width in ((32, 40), (48, 24)):
+        data = batch("eva_bimanual")
+        data["images.front_1"] = torch.randint(0, 256, (3, 3, height, width), dtype=torch.uint8)
+        assert torch.isfinite(model.compute_loss(data)["loss"])
+
+
+def test_a_state_stem_is_shared_only_between_equal_inputs() -> None:
+    with pytest.raises(ValueError, match="shared_stems: state stem 'proprio'"):
+        policy(shared_stems={"state": "proprio"})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"d_model": 30, "num_heads": 4}, r"num_heads: 4 does not divide d_model=30"),
+        ({"image_tokens": 0}, r"image_tokens: must be a positive integer, got 0"),
+        ({"head": "diffusion"}, r"head: 'diffusion' is not one of"),
+        ({"image_backbone": "vgg"}, r"image_backbone: 'vgg' is not one of"),
+    ],
+)
+def test_sizes_that_cannot_work_are_named(overrides: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        policy(**overrides)
+
+
 def test_unknown_embodiment_and_float_images_are_refused() -> None:
-    policy = _policy()
+    model = policy()
     with pytest.raises(KeyError, match="mecka_bimanual"):
-        policy.compute_loss(_batch("eva_bimanual") | {"embodiment": "mecka_bimanual"})
-    batch = _batch("eva_bimanual")
-    batch["images.front_1"] = batch["images.front_1"].float()
+        model.compute_loss(batch("eva_bimanual") | {"embodiment": "mecka_bimanual"})
+    data = batch("eva_bimanual")
+    data["images.front_1"] = data["images.front_1"].float()
     with pytest.raises(TypeError, match="uint8"):
-        policy.compute_loss(batch)
+        model.compute_loss(data)

@@ -26,6 +26,7 @@ from polymimic_data.dataloaders import make_dataloader
 from polymimic_data.dataset import subsample_frames
 from polymimic_data.episode_index import job_cache_dir
 from polymimic_data.synthetic import ensure_synthetic_episodes
+from polymimic_train.run_config import embodiment_specs
 
 log = logging.getLogger(__name__)
 
@@ -140,17 +141,8 @@ class EmbodimentDataModule(pl.LightningDataModule):
         return {name: ds.layout for name, ds in self.train_sets.items()}
 
     def embodiment_specs(self) -> dict[str, dict[str, Any]]:
-        """Plain numbers and names for the policy, from the layouts."""
-        return {
-            name: {
-                "state_dim": ds.layout.dim,
-                "action_dim": ds.layout.dim,
-                "history": ds.history,
-                "horizon": ds.horizon,
-                "cameras": list(ds.cameras),
-            }
-            for name, ds in self.train_sets.items()
-        }
+        """Plain numbers and names for the policy, from the layouts (see run_config)."""
+        return embodiment_specs(self.cfg)
 
     def _loader(
         self, name: str, dataset: EpisodeDataset, *, shuffle: bool, batch_size: int | None = None

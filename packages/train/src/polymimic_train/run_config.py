@@ -124,6 +124,7 @@ def embodiment_specs(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             "history": int(data["history"]),
             "horizon": int(data["horizon"]),
             "cameras": list(spec.get("cameras", ["front_1"])),
+            "action_groups": [[group.name, group.width] for group in layout.groups],
         }
     return specs
 

@@ -1,0 +1,37 @@
+"""Each named HPT size config holds the parameters its name says (within 5%), counted as
+HPT counts its sizes (the shared trunk) on the meta device: nothing is allocated."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from hydra.utils import instantiate
+
+import polymimic_train.app
+from polymimic_train.run_config import embodiment_specs
+
+CONFIGS = Path(polymimic_train.app.__file__).parent / "configs" / "model"
+NAMED = {
+    p.stem: float(m[1]) * {"m": 1e6, "b": 1e9}[m[2]]
+    for p in CONFIGS.glob("hpt_*.yaml")
+    if (m := re.fullmatch(r"hpt_(\d+)([mb])", p.stem))
+}
+
+
+def test_every_named_size_exists() -> None:
+    assert set(NAMED) == {"hpt_3m", "hpt_12m", "hpt_50m", "hpt_300m", "hpt_1b", "hpt_3b"}
+
+
+@pytest.mark.parametrize("model", sorted(NAMED))
+def test_a_named_size_holds_what_its_name_says(model: str) -> None:
+    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
+        cfg = compose("train", overrides=[f"model={model}", "name=sizes"])
+    with torch.device("meta"):
+        policy = instantiate(cfg.model, embodiments=embodiment_specs(cfg.data))
+    assert {p.device.type for p in policy.parameters()} == {"meta"}
+    trunk = sum(p.numel() for p in policy.trunk.parameters())
+    assert abs(trunk - NAMED[model]) / NAMED[model] < 0.05, f"{model}: {trunk / 1e6:.1f}M"
