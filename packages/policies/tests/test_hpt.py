@@ -187,3 +187,19 @@ def test_unknown_embodiment_and_float_images_are_refused() -> None:
     data["images.front_1"] = data["images.front_1"].float()
     with pytest.raises(TypeError, match="uint8"):
         model.compute_loss(data)
+
+
+def test_residual_actions_are_relative_to_the_latest_state() -> None:
+    model = policy(head="regression", residual_actions=True).eval()
+    for layer in model.heads["eva_bimanual"].action_out.values():
+        torch.nn.init.zeros_(layer.weight)
+        torch.nn.init.zeros_(layer.bias)
+    data = batch("eva_bimanual")
+    expected = data["state"][:, -1:].expand(-1, 4, -1)
+    torch.testing.assert_close(model.sample_actions(data), expected)  # holding still
+    with pytest.raises(ValueError, match=r"residual_actions: .*\['aria_bimanual'\]"):
+        HPTPolicy(
+            embodiments=SPECS | {"aria_bimanual": SPECS["aria_bimanual"] | {"state_dim": 5}},
+            residual_actions=True,
+            **TINY,
+        )

@@ -1,6 +1,8 @@
 """HPT: stems per embodiment and modality (or shared) into a shared trunk, then heads.
 
 Stems are per (embodiment, modality) or shared by name; heads per embodiment or shared.
+With `residual_actions`, heads model the chunk relative to the latest state (state and
+actions of one layout), so holding still is the easiest thing to learn, not the hardest.
 Built on the CPU and never choosing a device; every dimension and channel group comes in
 as plain numbers and names. A batch's tokens: each stem's latent tokens plus its slot's
 modality embedding, then the embodiment's learned readout tokens; the trunk attends over
@@ -123,6 +125,7 @@ class HPTPolicy(nn.Module):
         head_layers: int = 2,
         sample_steps: int = 10,
         regression_loss: str = "l1",
+        residual_actions: bool = False,
         pretrained: Mapping[str, Mapping[str, str]] | None = None,
         compile: bool = False,
     ) -> None:
@@ -146,6 +149,14 @@ class HPTPolicy(nn.Module):
             raise ValueError(f"head: {head!r} is not one of {sorted(HEAD_KINDS)}")
         self.specs = {name: EmbodimentSpec.of(spec) for name, spec in embodiments.items()}
         self.use_prompt = use_prompt
+        self.residual_actions = residual_actions
+        if residual_actions:
+            unequal = [n for n, s in self.specs.items() if s.state_dim != s.action_dim]
+            if unequal:
+                raise ValueError(
+                    f"residual_actions: needs state and actions of one layout; {unequal} have "
+                    "state_dim != action_dim"
+                )
         self.hyperparameters = {
             k: v for k, v in locals().items() if k not in ("self", "embodiments", "__class__")
         }
@@ -306,17 +317,22 @@ class HPTPolicy(nn.Module):
         readout = self.readout[embodiment]
         size = tokens[0].shape[0]
         out = self.trunk(torch.cat([*tokens, readout.expand(size, -1, -1)], dim=1))
-        return out[:, -readout.shape[1] :] if readout.shape[1] else out
+        return out[:, -readout.shape[1] :].contiguous() if readout.shape[1] else out
 
     def head_for(self, embodiment: str) -> ActionHead:
         return self.heads[self.head_of[embodiment]]  # type: ignore[return-value]
+
+    def _anchor(self, batch: Mapping[str, Any]) -> torch.Tensor | float:
+        """What actions are predicted relative to: the latest state, or nothing."""
+        return batch["state"][:, -1:] if self.residual_actions else 0.0
 
     def compute_loss(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """The loss for a normalised batch, with its parts for logging."""
         embodiment = batch["embodiment"]
         context = self.encode(batch)
         head = self.head_for(embodiment)
-        loss = head.loss(context, batch["actions"], batch["action_mask"], embodiment)  # type: ignore[operator]
+        target = batch["actions"] - self._anchor(batch)
+        loss = head.loss(context, target, batch["action_mask"], embodiment)  # type: ignore[operator]
         return {"loss": loss, f"{head.kind}_loss": loss.detach()}
 
     @torch.no_grad()
@@ -330,7 +346,8 @@ class HPTPolicy(nn.Module):
         embodiment = batch["embodiment"]
         context = self.encode(batch)
         head = self.head_for(embodiment)
-        return head.sample(context, embodiment, generator, noise)  # type: ignore[operator]
+        chunk = head.sample(context, embodiment, generator, noise)  # type: ignore[operator]
+        return chunk + self._anchor(batch)
 
     def param_groups(self, lr: float, backbone_lr: float) -> list[dict[str, Any]]:
         """Image backbones at `backbone_lr`, everything else at `lr`; frozen ones left out."""
