@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from polymimic_data.layouts import layout_from_widths
-from polymimic_eval import action_error, position_error
+from polymimic_eval import action_error
 
 
 def test_action_error_ignores_masked_steps() -> None:
@@ -12,14 +11,3 @@ def test_action_error_ignores_masked_steps() -> None:
     pred[:, 2] = 50.0
     mask = torch.tensor([[True, True, False], [True, True, False]])
     assert action_error(pred, target, mask).item() == 1.0
-
-
-def test_position_error_is_euclidean_per_group() -> None:
-    layout = layout_from_widths(
-        "l", [("left_position", "position", 3), ("left_gripper", "gripper", 1)]
-    )
-    target = torch.zeros(1, 2, 4)
-    pred = torch.tensor([[[3.0, 4.0, 0.0, 9.0], [0.0, 0.0, 0.0, 9.0]]])
-    errors = position_error(pred, target, torch.ones(1, 2, dtype=torch.bool), layout)
-    assert errors.keys() == {"left_position_error"}
-    assert errors["left_position_error"].item() == 2.5

@@ -36,6 +36,17 @@ def test_run_dir_holds_everything_a_run_records(trained) -> None:
     with (run_dir / "metrics" / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert any(r.get("val_action_error") for r in rows)
+    validated = next(r for r in rows if r.get("val_action_error"))
+    for metric in (
+        "left_position_error",
+        "left_position_final_error",
+        "left_rotation_angle_deg",
+        "right_gripper_error",
+        "right_rotation_final_mse",
+        "step_error/000",
+        "step_error/015",
+    ):
+        assert float(validated[f"val/eva_bimanual/{metric}"]) >= 0, metric
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
 

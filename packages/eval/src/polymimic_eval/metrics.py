@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from polymimic_data.layouts import Layout
-
 
 def _valid_mean(per_step: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     weights = mask.to(per_step.dtype)
@@ -17,15 +15,3 @@ def action_error(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -
     if pred.shape != target.shape:
         raise ValueError(f"pred {tuple(pred.shape)} and target {tuple(target.shape)} differ")
     return _valid_mean((pred - target).abs().mean(-1), mask)
-
-
-def position_error(
-    pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, layout: Layout
-) -> dict[str, torch.Tensor]:
-    """Euclidean error of each position group (e.g. metres), averaged over valid steps."""
-    return {
-        f"{g.name}_error": _valid_mean(
-            (pred[..., g.start : g.stop] - target[..., g.start : g.stop]).norm(dim=-1), mask
-        )
-        for g in layout.groups_of_kind("position")
-    }

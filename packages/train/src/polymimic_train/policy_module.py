@@ -13,7 +13,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from polymimic_data import Layout, Normalizer
-from polymimic_eval import action_error, position_error
+from polymimic_eval import action_error, group_metrics, step_errors
 
 
 class PolicyModule(pl.LightningModule):
@@ -99,9 +99,21 @@ class PolicyModule(pl.LightningModule):
             f"val/{embodiment}/action_error": error,
             f"val/{embodiment}/baseline_action_error": baseline_error,
         }
-        for key, value in position_error(pred, target, mask, self.layouts[embodiment]).items():
+        for key, value in group_metrics(pred, target, mask, self.layouts[embodiment]).items():
             metrics[f"val/{embodiment}/{key}"] = value
         self.log_dict(metrics, batch_size=size, add_dataloader_idx=False, sync_dist=True)
+        # The error curve over the horizon, each step weighted by the samples valid at it.
+        for step, (value, count) in enumerate(
+            zip(step_errors(pred, target, mask), mask.sum(0).tolist(), strict=True)
+        ):
+            if count:
+                self.log(
+                    f"val/{embodiment}/step_error/{step:03d}",
+                    value,
+                    batch_size=count,
+                    add_dataloader_idx=False,
+                    sync_dist=True,
+                )
 
     def on_validation_epoch_end(self) -> None:
         # compute() has already reduced over ranks; sync_dist then averages equal values.
