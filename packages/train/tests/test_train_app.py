@@ -4,9 +4,11 @@ import csv
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import av
+import numpy as np
 import pytest
 import torch
 
@@ -107,3 +109,72 @@ def test_a_requeued_run_resumes_from_its_own_last_checkpoint(trained, train_app)
         validated = [r for r in csv.DictReader(f) if r.get("val_action_error")]
     assert validated[-1]["step"] == "5"
     assert float(validated[-1]["val_action_error"]) == pytest.approx(summary["val_action_error"])
+
+
+_PREDICT = """
+import json, sys
+import numpy as np, simplejpeg, torch
+from polymimic_train import load_policy
+from polymimic_data import EpisodeDataset, EpisodeReader, collate_samples, resolve_episodes
+
+checkpoint, episodes = sys.argv[1], sys.argv[2]
+policy = load_policy(checkpoint)
+assert "lightning" not in sys.modules and "hydra" not in sys.modules
+dataset = EpisodeDataset(
+    resolve_episodes(episodes), embodiment=policy.embodiment, cameras=policy.cameras,
+    image_size=policy.image_size, history=policy.history, horizon=policy.horizon,
+    layout=policy.layout.name,
+)
+sample = dataset[7]
+raw = EpisodeReader(dataset.episodes[0].path).read_jpeg("front_1", sample["frame"])
+observation = {
+    "images": {"front_1": simplejpeg.decode_jpeg(raw, colorspace="RGB")},  # full resolution
+    "state": sample["state"].numpy(),
+    "prompt": sample["prompt"],
+}
+generator = torch.Generator().manual_seed(3)
+noise = torch.randn(1, policy.horizon, policy.layout.dim, generator=generator)
+ours = policy.predict(observation, noise=noise)
+batch = policy.normalizer.normalize_batch(collate_samples([sample]))
+validation = policy.normalizer.denormalize_actions(
+    policy.embodiment, policy.policy.sample_actions(batch, noise=noise)
+)[0].numpy()
+try:
+    policy.predict(observation | {"images": {"left_wrist": observation["images"]["front_1"]}})
+except ValueError as error:
+    wrong_camera = str(error)
+print(json.dumps({
+    "ours": ours["actions"].tolist(), "validation": validation.tolist(),
+    "channels": ours["channels"], "dtype": str(ours["actions"].dtype), "wrong_camera": wrong_camera,
+}))
+"""
+
+
+def test_a_checkpoint_alone_drives_the_policy_on_a_raw_frame(trained, tmp_path: Path) -> None:
+    tmp, run_dir, _ = trained
+    last = (run_dir / "checkpoints" / "last.ckpt").resolve()
+    record = torch.load(last, map_location="cpu", weights_only=True)["polymimic"]
+    assert record["layouts"]["eva_bimanual"]["name"] == "eva_cartesian_quat"
+    alone = tmp_path / "elsewhere" / "policy.ckpt"  # no run dir, no config, no data beside it
+    alone.parent.mkdir()
+    shutil.copy(last, alone)
+    (episodes,) = (tmp / "data" / "synthetic").glob("eva_bimanual-*")
+    result = subprocess.run(
+        [sys.executable, "-c", _PREDICT, str(alone), str(episodes)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    ours, validation = np.array(out["ours"]), np.array(out["validation"])
+    assert ours.shape == (16, 16) and out["dtype"] == "float32"
+    assert out["channels"][:4] == [
+        "left_position.0",
+        "left_position.1",
+        "left_position.2",
+        "left_rotation.0",
+    ]
+    # Only the resize differs: a full-resolution frame resized here, DCT-scaled in the loader.
+    np.testing.assert_allclose(ours, validation, atol=0.02)
+    assert "cameras ['left_wrist'], this policy needs ['front_1']" in out["wrong_camera"]

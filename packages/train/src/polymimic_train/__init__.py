@@ -1,1 +1,23 @@
-"""polymimic-train: the thin app that composes data, policy, strategy and eval under Hydra."""
+"""polymimic-train: the thin app that composes data, policy, strategy and eval under Hydra.
+
+`load_policy(path)` rebuilds a trained policy from a checkpoint alone (see trained_policy);
+importing it loads neither Lightning nor Hydra.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["TrainedPolicy", "load_policy"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from polymimic_train import trained_policy
+
+        return getattr(trained_policy, name)
+    raise AttributeError(f"module 'polymimic_train' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from polymimic_train.trained_policy import TrainedPolicy, load_policy

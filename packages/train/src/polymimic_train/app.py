@@ -90,6 +90,7 @@ def _fit(
         datamodule.layouts,
         val_sample_seed=cfg.val_sample_seed,
         augmentation=ImageAugmentation(**data_cfg["augment"]) if data_cfg.get("augment") else None,
+        record=_policy_record(cfg, data_cfg, policy, datamodule),
         **cfg.optim,
     )
     callbacks, loggers = _callbacks_and_loggers(cfg)
@@ -108,6 +109,27 @@ def _fit(
             f"baseline_action_error {summary['baseline_action_error']:.4f}"
         )
     return summary
+
+
+def _policy_record(
+    cfg: DictConfig, data_cfg: dict[str, Any], policy: Any, datamodule: Any
+) -> dict[str, Any]:
+    """What a checkpoint carries for `load_policy`: plain data only."""
+    from polymimic_train.run_config import embodiment_specs
+    from polymimic_train.trained_policy import policy_record
+
+    kwargs = OmegaConf.to_container(cfg.model, resolve=True)
+    assert isinstance(kwargs, dict)
+    kwargs = {k: v for k, v in kwargs.items() if k != "_target_"} | {"pretrained": {}}
+    return policy_record(
+        policy=policy,
+        policy_kwargs=kwargs,
+        embodiments=embodiment_specs(data_cfg),
+        layouts=datamodule.layouts,
+        norm_stats=datamodule.norm_stats,
+        norm_mode=data_cfg["norm"]["mode"],
+        image_size=data_cfg["image_size"],
+    )
 
 
 def _build_policy(cfg: DictConfig, data_cfg: dict[str, Any]) -> Any:

@@ -29,8 +29,10 @@ class PolicyModule(pl.LightningModule):
         warmup_steps: int,
         val_sample_seed: int = 0,
         augmentation: nn.Module | None = None,
+        record: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.record = dict(record or {})  # plain data for every checkpoint (trained_policy)
         self.policy = policy
         self.normalizer = normalizer  # a submodule: its statistics go into every checkpoint
         self.layouts = dict(layouts)
@@ -41,6 +43,10 @@ class PolicyModule(pl.LightningModule):
         # Pooled over every validation loader (embodiment) and synced over ranks.
         self.val_error, self.val_baseline = MeanMetric(), MeanMetric()
         self.validated_at_step: int | None = None  # the step the logged metrics belong to
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.record:
+            checkpoint["polymimic"] = self.record
 
     def training_step(self, batches: Mapping[str, dict[str, Any]], batch_idx: int) -> torch.Tensor:
         total = torch.zeros((), device=self.device)

@@ -1,0 +1,200 @@
+"""A trained policy outside training: what a checkpoint carries, and `load_policy`.
+
+Every checkpoint holds, under "polymimic", everything needed to use its weights, as plain
+data (it loads with `torch.load(weights_only=True)`): the policy's class and arguments, the
+embodiments' numbers and names, the layouts, the normalisation statistics and the data
+settings the policy was trained with (image size, cameras, history, horizon).
+`load_policy(path)` rebuilds the policy from that alone; `predict` takes one raw
+observation and returns an unnormalised action chunk with its channel names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from polymimic_data.layouts import ChannelGroup, Layout
+from polymimic_data.normalization import Normalizer, NormStats
+
+RECORD = "polymimic"
+
+
+def policy_record(
+    *,
+    policy: nn.Module,
+    policy_kwargs: Mapping[str, Any],
+    embodiments: Mapping[str, Mapping[str, Any]],
+    layouts: Mapping[str, Layout],
+    norm_stats: Mapping[str, NormStats],
+    norm_mode: str,
+    image_size: Sequence[int],
+) -> dict[str, Any]:
+    """The plain-data description a checkpoint carries (see the module docstring)."""
+    cls = type(policy)
+    return {
+        "policy": {"class": f"{cls.__module__}.{cls.__qualname__}", "kwargs": dict(policy_kwargs)},
+        "embodiments": {name: dict(spec) for name, spec in embodiments.items()},
+        "layouts": {name: layout.to_dict() for name, layout in layouts.items()},
+        "norm": {"mode": norm_mode, "stats": {n: s.to_json() for n, s in norm_stats.items()}},
+        "image_size": [int(v) for v in image_size],
+    }
+
+
+def _layout(data: Mapping[str, Any]) -> Layout:
+    groups = tuple(ChannelGroup(**g) for g in data["groups"])
+    return Layout(str(data["name"]), groups)
+
+
+class TrainedPolicy:
+    """A policy with its normaliser, for one embodiment: raw observation in, actions out."""
+
+    def __init__(
+        self, policy: nn.Module, normalizer: Normalizer, record: Mapping[str, Any], embodiment: str
+    ) -> None:
+        self.policy, self.normalizer, self.record = policy.eval(), normalizer.eval(), record
+        self.embodiment = embodiment
+        spec = record["embodiments"][embodiment]
+        self.cameras = list(spec["cameras"])
+        self.history, self.horizon = int(spec["history"]), int(spec["horizon"])
+        self.layout = _layout(record["layouts"][embodiment])
+        self.image_size = tuple(record["image_size"])
+
+    @property
+    def channels(self) -> list[str]:
+        """One name per action channel: `<group>.<index within the group>`."""
+        return [f"{g.name}.{i}" for g in self.layout.groups for i in range(g.width)]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.policy.parameters()).device
+
+    def _images(self, images: Mapping[str, np.ndarray], batched: bool) -> dict[str, torch.Tensor]:
+        if sorted(images) != sorted(self.cameras):
+            raise ValueError(
+                f"observation images: cameras {sorted(images)}, this policy needs {self.cameras}"
+            )
+        out = {}
+        for camera, frames in images.items():
+            array = np.asarray(frames)
+            if (
+                array.dtype != np.uint8
+                or array.ndim != (4 if batched else 3)
+                or array.shape[-1] != 3
+            ):
+                want = "(B, H, W, 3)" if batched else "(H, W, 3)"
+                raise ValueError(
+                    f"observation images[{camera!r}]: uint8 {want}, got {array.dtype} {array.shape}"
+                )
+            tensor = torch.from_numpy(array if batched else array[None]).permute(0, 3, 1, 2)
+            if tuple(tensor.shape[-2:]) != self.image_size:  # as training resizes its frames
+                tensor = (
+                    F.interpolate(
+                        tensor.float(), size=self.image_size, mode="bilinear", antialias=True
+                    )
+                    .round()
+                    .clamp_(0, 255)
+                    .to(torch.uint8)
+                )
+            out[f"images.{camera}"] = tensor.to(self.device)
+        return out
+
+    def _state(self, state: np.ndarray, batched: bool) -> torch.Tensor:
+        array = np.asarray(state, dtype=np.float32)
+        want = (self.history, self.layout.dim)
+        if array.shape[-2:] != want or array.ndim != (3 if batched else 2):
+            raise ValueError(
+                f"observation state: ({'B, ' if batched else ''}{want[0]}, {want[1]}) in the "
+                f"{self.layout.name} layout's units, got {array.shape}"
+            )
+        tensor = torch.from_numpy(array if batched else array[None]).to(self.device)
+        return self.normalizer.normalize_state(self.embodiment, tensor)
+
+    @torch.no_grad()
+    def predict_batch(
+        self, observations: Mapping[str, Any], noise: torch.Tensor | None = None, seed: int = 0
+    ) -> dict[str, Any]:
+        """Like `predict`, with a leading batch dimension on images, state and prompts."""
+        return self._predict(observations, batched=True, noise=noise, seed=seed)
+
+    @torch.no_grad()
+    def predict(
+        self, observation: Mapping[str, Any], noise: torch.Tensor | None = None, seed: int = 0
+    ) -> dict[str, Any]:
+        """One raw observation in, one unnormalised action chunk out.
+
+        In: `{"images": {camera: uint8 (H, W, 3)}, "state": (K, S), "prompt": str}`, images
+        at any resolution, state in the data's units. Out: `{"actions": float32 (T, A),
+        "channels": [a name per channel]}`. Sampling starts from `noise` (1, T, A) if
+        given, else from a generator seeded by `seed`: the same observation, the same chunk.
+        """
+        out = self._predict(observation, batched=False, noise=noise, seed=seed)
+        return {"actions": out["actions"][0], "channels": out["channels"]}
+
+    def _predict(
+        self,
+        observation: Mapping[str, Any],
+        *,
+        batched: bool,
+        noise: torch.Tensor | None,
+        seed: int,
+    ) -> dict[str, Any]:
+        unknown = set(observation) - {"images", "state", "prompt"}
+        if unknown:
+            raise ValueError(
+                f"observation: unknown keys {sorted(unknown)}; use images, state, prompt"
+            )
+        state = self._state(observation["state"], batched)
+        prompt = observation.get("prompt", [""] * len(state) if batched else "")
+        batch = {
+            "embodiment": self.embodiment,
+            "state": state,
+            "prompt": list(prompt) if batched else [prompt],
+            **self._images(observation["images"], batched),
+        }
+        generator = None if noise is not None else torch.Generator().manual_seed(seed)
+        if noise is None:
+            shape = (len(state), self.horizon, self.layout.dim)
+            noise = torch.randn(shape, generator=generator)
+        chunk = self.policy.sample_actions(batch, noise=noise.to(self.device))  # type: ignore[operator]
+        actions = self.normalizer.denormalize_actions(self.embodiment, chunk)
+        return {"actions": actions.float().cpu().numpy(), "channels": self.channels}
+
+
+def _build(record: Mapping[str, Any]) -> tuple[nn.Module, Normalizer]:
+    module_name, _, class_name = record["policy"]["class"].rpartition(".")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    policy = cls(embodiments=record["embodiments"], **record["policy"]["kwargs"])
+    layouts = {name: _layout(layout) for name, layout in record["layouts"].items()}
+    stats = {name: NormStats.from_json(s) for name, s in record["norm"]["stats"].items()}
+    return policy, Normalizer(stats, layouts, mode=record["norm"]["mode"])
+
+
+def load_policy(
+    path: str | os.PathLike[str], device: str = "cpu", embodiment: str | None = None
+) -> TrainedPolicy:
+    """A checkpoint of `train`, rebuilt from what it carries alone (weights_only load)."""
+    path = Path(path)
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    record = checkpoint.get(RECORD)
+    if record is None:
+        raise ValueError(f"{path}: not a polymimic checkpoint (it carries no {RECORD!r} record)")
+    embodiments = sorted(record["embodiments"])
+    if embodiment is None:
+        if len(embodiments) > 1:
+            raise ValueError(f"{path}: trained on {embodiments}; choose one with embodiment=")
+        embodiment = embodiments[0]
+    elif embodiment not in embodiments:
+        raise ValueError(f"{path}: trained on {embodiments}, not {embodiment!r}")
+    policy, normalizer = _build(record)
+    state = checkpoint["state_dict"]
+    policy.load_state_dict({k[7:]: v for k, v in state.items() if k.startswith("policy.")})
+    normalizer.load_state_dict({k[11:]: v for k, v in state.items() if k.startswith("normalizer.")})
+    return TrainedPolicy(policy.to(device), normalizer.to(device), record, embodiment)
