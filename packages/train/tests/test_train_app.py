@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -178,3 +179,32 @@ def test_a_checkpoint_alone_drives_the_policy_on_a_raw_frame(trained, tmp_path: 
     # Only the resize differs: a full-resolution frame resized here, DCT-scaled in the loader.
     np.testing.assert_allclose(ours, validation, atol=0.02)
     assert "cameras ['left_wrist'], this policy needs ['front_1']" in out["wrong_camera"]
+
+
+def test_evaluate_reproduces_the_runs_final_validation(trained) -> None:
+    tmp, run_dir, _ = trained
+    env = os.environ | {
+        "POLYMIMIC_DATA_ROOT": str(tmp / "data"),
+        "POLYMIMIC_CACHE_DIR": str(tmp / "cache"),
+    }
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    result = subprocess.run(
+        [sys.executable, "-m", "polymimic_train.evaluate", f"checkpoint={checkpoint}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (summary_path,) = (run_dir / "eval").glob("*/summary.json")
+    ours = json.loads(summary_path.read_text())
+    theirs = json.loads((run_dir / "summary.json").read_text())
+    assert ours["val_action_error"] == pytest.approx(theirs["val_action_error"], rel=1e-6)
+    assert ours["baseline_action_error"] == pytest.approx(theirs["baseline_action_error"], rel=1e-6)
+    assert list((summary_path.parent / "videos").glob("*.mp4"))
+    missing = subprocess.run(
+        [sys.executable, "-m", "polymimic_train.evaluate", "checkpoint=/no/such.ckpt"],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2 and "checkpoint=/no/such.ckpt: no such file" in missing.stderr

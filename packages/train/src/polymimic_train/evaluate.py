@@ -1,0 +1,105 @@
+"""`evaluate checkpoint=<path> [override ...]`: a checkpoint's validation, without training.
+
+The run's own composition is replayed (its `.hydra/overrides.yaml`, then yours), so the
+validation set, its noise seeds and the metrics are the run's; the weights and the
+normalisation statistics come from the checkpoint (see trained_policy). Metrics, the
+per-step error curve and the overlay videos go to `<run dir>/eval/<date>_<time>_<id>/`,
+with `summary.json`; the final validation of a finished run is reproduced exactly.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from polymimic_train.run_dirs import CHECKPOINTS, create_run_dir
+
+
+def _compose(checkpoint: Path, overrides: list[str]) -> tuple[DictConfig, Path | None]:
+    from hydra import compose, initialize_config_module
+
+    import polymimic_train.app  # noqa: F401  (registers the config resolvers)
+
+    run_dir = checkpoint.resolve().parent.parent
+    recorded = run_dir / ".hydra" / "overrides.yaml"
+    if checkpoint.resolve().parent.name != CHECKPOINTS or not recorded.exists():
+        run_dir, before = None, []
+    else:
+        before = [str(o) for o in OmegaConf.load(recorded)]  # type: ignore[union-attr]
+    wanted = [o for o in before if not o.startswith(("resume=", "trainer."))] + overrides
+    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
+        cfg = compose("train", overrides=[*wanted, "name=evaluate", "paths.run_dir=."])
+    return cfg, run_dir
+
+
+def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Validate `checkpoint` as its run did; returns the summary written beside the results."""
+    import lightning.pytorch as pl
+    from hydra.utils import instantiate
+
+    from polymimic_data.atomic_files import write_json_atomic
+    from polymimic_train.data_module import EmbodimentDataModule
+    from polymimic_train.policy_module import PolicyModule
+    from polymimic_train.run_record import summarise
+    from polymimic_train.trained_policy import load_policy
+
+    checkpoint = Path(checkpoint)
+    cfg, run_dir = _compose(checkpoint, list(overrides or []))
+    out = create_run_dir((run_dir or checkpoint.parent) / "eval", ".")
+    trained = load_policy(checkpoint, embodiment=next(iter(cfg.data.datasets.values())).embodiment)
+    data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
+    assert isinstance(data_cfg, dict)
+    datamodule = EmbodimentDataModule(
+        data_cfg, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir, seed=cfg.seed
+    )
+    datamodule.prepare()
+    module = PolicyModule(
+        trained.policy,
+        trained.normalizer,  # the checkpoint's statistics, not recomputed ones
+        datamodule.layouts,
+        val_sample_seed=cfg.val_sample_seed,
+        **cfg.optim,
+    )
+    callbacks = (
+        [instantiate(cfg.callbacks.trajectory_video)]
+        if cfg.callbacks.get("trajectory_video")
+        else []
+    )
+    loggers = [instantiate(cfg.logger.csv, save_dir=str(out))]
+    trainer = pl.Trainer(
+        accelerator=cfg.trainer.accelerator,
+        devices=1,
+        logger=loggers,
+        callbacks=callbacks,
+        default_root_dir=str(out),
+        enable_progress_bar=False,
+    )
+    trainer.validate(module, datamodule=datamodule, verbose=False)
+    summary = summarise(trainer, out) | {"checkpoint": str(checkpoint.resolve())}
+    write_json_atomic(out / "summary.json", summary)
+    print(f"eval dir: {out}")
+    print(
+        f"val_action_error {summary['val_action_error']:.6f} vs predict-the-mean "
+        f"baseline_action_error {summary['baseline_action_error']:.6f}"
+    )
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    given = [a for a in args if a.startswith("checkpoint=")]
+    if len(given) != 1 or args[0] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    checkpoint = Path(given[0].removeprefix("checkpoint="))
+    if not checkpoint.is_file():
+        print(f"error: checkpoint={checkpoint}: no such file", file=sys.stderr)
+        sys.exit(2)
+    evaluate(checkpoint, [a for a in args if not a.startswith("checkpoint=")])
+
+
+if __name__ == "__main__":
+    main()
