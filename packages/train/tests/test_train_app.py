@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from polymimic_data.embodiments import get_embodiment
+
 SMALL_SYNTHETIC = ["data.synthetic.episodes=6", "data.synthetic.frames=30"]
 
 
@@ -69,8 +71,10 @@ def test_validation_video_is_playable(trained) -> None:
         "eva_bimanual-step000004.mp4",
     ]
     with av.open(str(videos[-1])) as container:
+        rate = container.streams.video[0].average_rate
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
     assert len(frames) == 6 and frames[0].shape == (128, 160, 3)
+    assert rate == get_embodiment("eva_bimanual").fps  # the episode's own frame rate
 
 
 def test_resume_continues_from_the_checkpoint(trained, train_app) -> None:

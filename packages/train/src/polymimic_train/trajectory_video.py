@@ -23,7 +23,13 @@ log = logging.getLogger(__name__)
 class TrajectoryVideoCallback(pl.Callback):
     """After each validation, one mp4 per embodiment in `<run>/videos/`."""
 
-    def __init__(self, *, max_frames: int = 80, fps: float = 10.0, batch_size: int = 16) -> None:
+    def __init__(
+        self, *, max_frames: int = 80, fps: float | None = None, batch_size: int = 16
+    ) -> None:
+        """Contiguous frames from the episode's start, at the episode's frame rate.
+
+        `fps` overrides the rate; None plays at the episode's own (its `fps` attribute).
+        """
         self.max_frames, self.fps, self.batch_size = max_frames, fps, batch_size
         self.written: list[Path] = []
 
@@ -58,9 +64,7 @@ class TrajectoryVideoCallback(pl.Callback):
         model_size = tuple(datamodule.cfg["image_size"])
         episode = dataset.episodes[0]
         intrinsics = camera_intrinsics(dataset.spec, episode.attrs, camera)
-        indices = (
-            np.linspace(0, len(dataset) - 1, min(self.max_frames, len(dataset))).round().astype(int)
-        )
+        indices = np.arange(min(self.max_frames, len(dataset)))  # contiguous: real time
         frames = []
         for start in range(0, len(indices), self.batch_size):
             batch = collate_samples(
@@ -87,4 +91,4 @@ class TrajectoryVideoCallback(pl.Callback):
                 frames.append(
                     draw_chunk_overlay(image, pred[j], true[j], dataset.layout, intrinsics)
                 )
-        write_video(path, frames, self.fps)
+        write_video(path, frames, self.fps or float(episode.attrs.get("fps") or 30.0))
