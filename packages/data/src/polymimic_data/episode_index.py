@@ -95,14 +95,17 @@ def _is_array(path: str) -> bool:
         return False
 
 
-def _walk(folder: str) -> Iterator[tuple[str, str]]:
-    """(path, kind) under `folder`, depth-first, sorted.
+def _entries(folder: str) -> list[os.DirEntry[str]]:
+    with os.scandir(folder) as it:
+        return sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+
+
+def _walk(entries: list[os.DirEntry[str]]) -> Iterator[tuple[str, str]]:
+    """(path, kind) for a folder's `entries`, depth-first, sorted.
 
     Kinds: EPISODE (a folder with a zarr.json), EMPTY_FOLDER, NO_GROUP_METADATA,
     STRAY_FILE; other folders are searched. Hidden names (unfinished writes) are skipped.
     """
-    with os.scandir(folder) as it:
-        entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
     for entry in entries:
         if not entry.is_dir():
             yield entry.path, STRAY_FILE
@@ -113,16 +116,17 @@ def _walk(folder: str) -> Iterator[tuple[str, str]]:
 
 
 def _walk_folder(folder: str) -> Iterator[tuple[str, str]]:
-    with os.scandir(folder) as it:
-        children = sorted(e.path for e in it if not e.name.startswith("."))
+    children = _entries(folder)  # scanned once, searched from here
     if not children:
         yield folder, EMPTY_FOLDER
         return
-    first_node = next((c for c in children if os.path.exists(os.path.join(c, "zarr.json"))), None)
+    first_node = next(
+        (c.path for c in children if os.path.exists(os.path.join(c.path, "zarr.json"))), None
+    )
     if first_node is not None and _is_array(first_node):
         yield folder, NO_GROUP_METADATA
         return
-    yield from _walk(folder)
+    yield from _walk(children)
 
 
 def walk_root(root: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
@@ -133,12 +137,8 @@ def walk_root(root: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
     if os.path.exists(os.path.join(root, "zarr.json")) and not _is_array(str(root)):
         yield Path(root), EPISODE
         return
-    for path, kind in _walk(str(root)):
+    for path, kind in _walk(_entries(str(root))):
         yield Path(path), kind
-
-
-def _candidate_paths(root: str) -> Iterable[str]:
-    return (str(path) for path, kind in walk_root(root) if kind == EPISODE)
 
 
 def episode_dirs(root: Path) -> Iterable[Path]:
@@ -171,9 +171,9 @@ def _fingerprint(roots: Sequence[Path]) -> list[list[Any]]:
     """Each candidate episode with the mtimes of its folder and its group metadata."""
     out = []
     for root in roots:
-        for path in _candidate_paths(str(root)):
-            meta = os.stat(os.path.join(path, "zarr.json")).st_mtime_ns
-            out.append([path, os.stat(path).st_mtime_ns, meta])
+        for path in episode_dirs(root):
+            meta = os.stat(path / "zarr.json").st_mtime_ns
+            out.append([str(path), os.stat(path).st_mtime_ns, meta])
     return out
 
 

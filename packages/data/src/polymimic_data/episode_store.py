@@ -304,9 +304,10 @@ class EpisodeReader:
 
         Read from its chunk files where the layout allows, else through zarr.
         """
-        if not (self.path / key / "zarr.json").exists():
-            raise KeyError(f"{self.path}: key {key!r} is missing")
-        values = read_rows(self.path / key, self.total_frames)
+        try:
+            values = read_rows(self.path / key, self.total_frames)
+        except FileNotFoundError:
+            raise KeyError(f"{self.path}: key {key!r} is missing") from None
         if values is None:
             values = self._array(key)[: self.total_frames]
         return np.asarray(values, dtype=np.float32)

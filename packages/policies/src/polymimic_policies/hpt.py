@@ -129,7 +129,12 @@ class HPTPolicy(nn.Module):
         pretrained: Mapping[str, Mapping[str, str]] | None = None,
         compile: bool = False,
     ) -> None:
+        # Every argument but the embodiments, for save_pretrained (taken before any local).
+        hyperparameters = {
+            k: v for k, v in locals().items() if k not in ("self", "embodiments", "__class__")
+        }
         super().__init__()
+        self.hyperparameters = hyperparameters
         if not embodiments:
             raise ValueError("embodiments: HPTPolicy needs at least one")
         _check_sizes(
@@ -157,9 +162,6 @@ class HPTPolicy(nn.Module):
                     f"residual_actions: needs state and actions of one layout; {unequal} have "
                     "state_dim != action_dim"
                 )
-        self.hyperparameters = {
-            k: v for k, v in locals().items() if k not in ("self", "embodiments", "__class__")
-        }
         image_kwargs = {
             "d_model": d_model,
             "num_tokens": image_tokens,

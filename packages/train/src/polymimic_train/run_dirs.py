@@ -32,7 +32,6 @@ RECORD = "run.json"
 LOCK = "run.lock"
 CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
-RESUME_KEYWORDS = ("auto", "latest")
 
 
 class RunDirError(ValueError):

@@ -159,10 +159,9 @@ class TrainedPolicy:
             "prompt": list(prompt) if batched else [prompt],
             **self._images(observation["images"], batched),
         }
-        generator = None if noise is not None else torch.Generator().manual_seed(seed)
         if noise is None:
             shape = (len(state), self.horizon, self.layout.dim)
-            noise = torch.randn(shape, generator=generator)
+            noise = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
         chunk = self.policy.sample_actions(batch, noise=noise.to(self.device))  # type: ignore[operator]
         actions = self.normalizer.denormalize_actions(self.embodiment, chunk)
         return {"actions": actions.float().cpu().numpy(), "channels": self.channels}
