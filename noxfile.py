@@ -33,7 +33,7 @@ def sync(session: nox.Session, *args: str) -> None:
 def _package_session(package: str) -> None:
     @nox.session(name=f"tests-{package}")
     def tests_package(session: nox.Session) -> None:
-        sync(session, "--package", f"polymimic-{package}", "--group", "test")
+        sync(session, "--package", f"polymimic-{package}", "--all-extras", "--group", "test")
         session.run(*PYTEST, f"packages/{package}/tests", *session.posargs)
 
 

@@ -47,9 +47,14 @@ ALLOWED: dict[str, set[str]] = {
     },
     "policies": {"torch", "torchvision", "safetensors", "transformers", "diffusers"},
     "strategies": {"torch", "lightning"},
-    "eval": {"numpy", "torch", "av", "polymimic_data"},
+    # PIL: the renderer's drawing and captions; matplotlib: the `plots` extra (horizon plot).
+    "eval": {"numpy", "torch", "av", "PIL", "matplotlib", "polymimic_data"},
+    # safetensors: `export`; tensorboard, PIL: clips and plots written to TensorBoard.
     "train": {
         "numpy",
+        "safetensors",
+        "tensorboard",
+        "PIL",
         "torch",
         "lightning",
         "hydra",

@@ -3,6 +3,9 @@
 Tolerance: 1e-5 relative. Per-sample noise makes predictions independent of how samples
 are batched or sharded; what differs is only the order of floating-point sums across
 ranks. Multi-process configs run as two CPU processes forked on gloo.
+
+The overlay videos agree too: under DDP each rank renders a share of the frames and rank
+0 alone writes them, in order, once.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
@@ -17,7 +21,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import polymimic_train.app
+from polymimic_eval import read_video_frames
 from polymimic_train.policy_module import PolicyModule
+from polymimic_train.trajectory_video import TrajectoryVideoCallback
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
 TRAINERS = sorted(p.stem for p in (CONFIGS / "trainer").glob("*.yaml"))
@@ -46,7 +52,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory, compose_train, prepared_data
     return cfg, datamodule, module
 
 
-def _validate(cfg, datamodule, module, trainer_name: str) -> float:
+def _validate(cfg, datamodule, module, trainer_name: str, root: Path) -> float:
     with initialize_config_module("polymimic_train.configs", version_base="1.3"):
         full = compose(
             "train", overrides=[f"trainer={trainer_name}", f"paths.run_dir={cfg.paths.run_dir}"]
@@ -54,6 +60,7 @@ def _validate(cfg, datamodule, module, trainer_name: str) -> float:
     trainer_cfg = OmegaConf.to_container(full.trainer, resolve=True)
     assert isinstance(trainer_cfg, dict)
     trainer_cfg["accelerator"] = "cpu"
+    trainer_cfg["default_root_dir"] = str(root)
     if isinstance(trainer_cfg["strategy"], dict):
         trainer_cfg["strategy"]["start_method"] = "fork"  # rank 1 forks from pytest
     trainer = instantiate(
@@ -62,7 +69,7 @@ def _validate(cfg, datamodule, module, trainer_name: str) -> float:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[],
+        callbacks=[TrajectoryVideoCallback(max_frames=7, batch_size=2)],
     )
     trainer.validate(copy.deepcopy(module), datamodule=datamodule, verbose=False)
     return float(trainer.callback_metrics["val_action_error"])
@@ -70,7 +77,9 @@ def _validate(cfg, datamodule, module, trainer_name: str) -> float:
 
 # Lightning warns that DistributedSampler may pad; the sizes here are even, so it does not.
 @pytest.mark.filterwarnings("ignore:Using `DistributedSampler`")
-def test_every_cpu_trainer_config_reports_the_same_validation_metrics(setup) -> None:
+def test_every_cpu_trainer_config_reports_the_same_validation_metrics_and_videos(
+    setup, tmp_path: Path
+) -> None:
     cfg, datamodule, module = setup
     assert len(datamodule.val_sets["eva_bimanual"]) % 2 == 0  # no padding duplicates on 2 ranks
     results = {}
@@ -78,7 +87,7 @@ def test_every_cpu_trainer_config_reports_the_same_validation_metrics(setup) -> 
         with initialize_config_module("polymimic_train.configs", version_base="1.3"):
             accelerator = compose("train", overrides=[f"trainer={name}"]).trainer.accelerator
         if accelerator != "gpu":
-            results[name] = _validate(cfg, datamodule, module, name)
+            results[name] = _validate(cfg, datamodule, module, name, tmp_path / name)
     assert {
         "default",
         "ddp",
@@ -90,3 +99,23 @@ def test_every_cpu_trainer_config_reports_the_same_validation_metrics(setup) -> 
         assert value == pytest.approx(reference, rel=1e-5), (
             f"trainer={name}: {value} vs {reference}"
         )
+    reference_frames = _videos(tmp_path / "default")
+    for name in results:
+        frames = _videos(tmp_path / name)
+        assert frames.keys() == reference_frames.keys(), name
+        for video, ours in frames.items():
+            assert len(ours) == 7, (name, video)  # every rank's share, none twice
+            theirs = reference_frames[video]
+            # Predictions agree to float rounding, which an untrained model's wild chunks
+            # can turn into a line drawn a few pixels away; each frame must still match
+            # its own counterpart closely and be unlike every other frame (the order).
+            distance = np.array([[np.abs(a.astype(int) - b).mean() for b in theirs] for a in ours])
+            assert (distance.diagonal() < 1.0).all(), (name, video, distance.round(2))
+            assert (distance.argmin(1) == np.arange(7)).all(), (name, video, distance.round(2))
+
+
+def _videos(root: Path) -> dict[str, list[np.ndarray]]:
+    """Every video under a trainer's root, decoded; no stray temporaries beside them."""
+    files = sorted(p for p in (root / "videos").rglob("*") if p.is_file())
+    assert all(p.suffix == ".mp4" for p in files), files
+    return {str(p.relative_to(root)): read_video_frames(p) for p in files}

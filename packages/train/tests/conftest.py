@@ -14,6 +14,7 @@ import pytest
 SMALL = {
     "trainer.max_steps": "4",
     "trainer.val_check_interval": "2",
+    "trainer.log_every_n_steps": "2",
     "trainer.enable_progress_bar": "false",
     "data.num_workers": "0",
     "data.batch_size": "4",

@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 import torch
 
 from polymimic_data.embodiments import get_embodiment
+from polymimic_eval import read_video_frames, video_rate
 
 SMALL_SYNTHETIC = ["data.synthetic.episodes=6", "data.synthetic.frames=30"]
 
@@ -52,7 +52,24 @@ def test_run_dir_holds_everything_a_run_records(trained) -> None:
         "step_error/015",
     ):
         assert float(validated[f"val/eva_bimanual/{metric}"]) >= 0, metric
-    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    logged = [r for r in rows if r.get("grad_norm/median")]  # diagnosis, logged every step here
+    assert logged and all(float(r["grad_norm/median"]) > 0 for r in logged)
+    assert {r["grad_norm/spikes"] for r in logged} <= {"0.0", "1.0", "2.0", "3.0"}
+    plots = sorted(p.name for p in (run_dir / "plots" / "step_error").iterdir())
+    assert plots == ["step000002.png", "step000004.png"]
+
+
+def test_tensorboard_holds_the_clips_and_the_horizon_plot(trained) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _, run_dir, _ = trained
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    tags = events.Tags()["images"]
+    assert {"videos/eva_bimanual/val", "videos/eva_bimanual/train", "val/step_error"} <= set(tags)
+    clip = events.Images("videos/eva_bimanual/val")[-1]
+    assert clip.step == 4 and clip.encoded_image_string[:6] == b"GIF89a"
+    assert "grad_norm/median" in events.Tags()["scalars"]
 
 
 def test_last_checkpoint_links_the_newest_and_carries_the_normalizer(trained) -> None:
@@ -63,18 +80,26 @@ def test_last_checkpoint_links_the_newest_and_carries_the_normalizer(trained) ->
     assert "normalizer.per_embodiment.eva_bimanual.action_center" in state
 
 
-def test_validation_video_is_playable(trained) -> None:
+def test_overlay_videos_of_a_validation_and_a_training_episode_play_at_their_fps(
+    trained,
+) -> None:
     _, run_dir, _ = trained
-    videos = sorted((run_dir / "videos").glob("*.mp4"))
-    assert [v.name for v in videos] == [
-        "eva_bimanual-step000002.mp4",
-        "eva_bimanual-step000004.mp4",
+    videos = sorted(p.relative_to(run_dir / "videos") for p in (run_dir / "videos").rglob("*"))
+    assert [str(v) for v in videos] == [
+        "eva_bimanual",
+        "eva_bimanual/step000002-train.mp4",
+        "eva_bimanual/step000002-val.mp4",
+        "eva_bimanual/step000004-train.mp4",
+        "eva_bimanual/step000004-val.mp4",
     ]
-    with av.open(str(videos[-1])) as container:
-        rate = container.streams.video[0].average_rate
-        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
-    assert len(frames) == 6 and frames[0].shape == (128, 160, 3)
-    assert rate == get_embodiment("eva_bimanual").fps  # the episode's own frame rate
+    for video in ("step000004-val.mp4", "step000004-train.mp4"):
+        path = run_dir / "videos" / "eva_bimanual" / video
+        frames = read_video_frames(path)
+        assert len(frames) == 6 and frames[0].shape == (128, 160, 3)
+        assert video_rate(path) == get_embodiment("eva_bimanual").fps  # the episode's own
+    val = read_video_frames(run_dir / "videos" / "eva_bimanual" / "step000004-val.mp4")
+    train = read_video_frames(run_dir / "videos" / "eva_bimanual" / "step000004-train.mp4")
+    assert np.abs(val[0].astype(int) - train[0].astype(int)).mean() > 1  # two episodes
 
 
 def test_resume_continues_from_the_checkpoint(trained, train_app) -> None:
@@ -155,6 +180,17 @@ print(json.dumps({
 """
 
 
+def _predict_elsewhere(path: Path, episodes: Path) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", _PREDICT, str(path), str(episodes)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def test_a_checkpoint_alone_drives_the_policy_on_a_raw_frame(trained, tmp_path: Path) -> None:
     tmp, run_dir, _ = trained
     last = (run_dir / "checkpoints" / "last.ckpt").resolve()
@@ -164,14 +200,7 @@ def test_a_checkpoint_alone_drives_the_policy_on_a_raw_frame(trained, tmp_path: 
     alone.parent.mkdir()
     shutil.copy(last, alone)
     (episodes,) = (tmp / "data" / "synthetic").glob("eva_bimanual-*")
-    result = subprocess.run(
-        [sys.executable, "-c", _PREDICT, str(alone), str(episodes)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = _predict_elsewhere(alone, episodes)
     ours, validation = np.array(out["ours"]), np.array(out["validation"])
     assert ours.shape == (16, 16) and out["dtype"] == "float32"
     assert out["channels"][:4] == [
@@ -183,6 +212,39 @@ def test_a_checkpoint_alone_drives_the_policy_on_a_raw_frame(trained, tmp_path: 
     # Only the resize differs: a full-resolution frame resized here, DCT-scaled in the loader.
     np.testing.assert_allclose(ours, validation, atol=0.02)
     assert "cameras ['left_wrist'], this policy needs ['front_1']" in out["wrong_camera"]
+
+
+def test_an_export_is_safetensors_and_json_and_predicts_as_the_checkpoint(
+    trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from safetensors.torch import load_file
+
+    from polymimic_train.export import main as export_main
+
+    tmp, run_dir, _ = trained
+    last = run_dir / "checkpoints" / "last.ckpt"
+    export_main([f"checkpoint={last}"])
+    out = run_dir / "export" / "step000004"  # the default: beside the run's checkpoints
+    assert f"to {out}" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["step"] == 4 and config["record"]["policy"]["class"].endswith("HPTPolicy")
+    tensors = load_file(out / "model.safetensors")
+    assert all(k.startswith(("policy.", "normalizer.")) for k in tensors)
+    state = torch.load(last, map_location="cpu", weights_only=True)["state_dict"]
+    for key, value in tensors.items():
+        torch.testing.assert_close(value, state[key], rtol=0, atol=0)
+    with pytest.raises(SystemExit):  # never over a folder the user has, unless asked
+        export_main([f"checkpoint={last}", f"out={out}"])
+    assert "exists and is not empty" in capsys.readouterr().err
+    export_main([f"checkpoint={last}", f"out={out}", "overwrite=true"])
+    moved = tmp_path / "deploy"  # only the export, elsewhere
+    shutil.copytree(out, moved)
+    (episodes,) = (tmp / "data" / "synthetic").glob("eva_bimanual-*")
+    from_export = _predict_elsewhere(moved, episodes)
+    alone = tmp_path / "policy.ckpt"
+    shutil.copy(last.resolve(), alone)
+    assert from_export["ours"] == _predict_elsewhere(alone, episodes)["ours"]
 
 
 def test_evaluate_reproduces_the_runs_final_validation(trained) -> None:
@@ -205,7 +267,13 @@ def test_evaluate_reproduces_the_runs_final_validation(trained) -> None:
     theirs = json.loads((run_dir / "summary.json").read_text())
     assert ours["val_action_error"] == pytest.approx(theirs["val_action_error"], rel=1e-6)
     assert ours["baseline_action_error"] == pytest.approx(theirs["baseline_action_error"], rel=1e-6)
-    assert list((summary_path.parent / "videos").glob("*.mp4"))
+    out = summary_path.parent
+    assert ours["steps"] == 4  # named by the weights' step
+    assert sorted(p.name for p in (out / "videos" / "eva_bimanual").iterdir()) == [
+        "step000004-train.mp4",
+        "step000004-val.mp4",
+    ]
+    assert [p.name for p in (out / "plots" / "step_error").iterdir()] == ["step000004.png"]
     missing = subprocess.run(
         [sys.executable, "-m", "polymimic_train.evaluate", "checkpoint=/no/such.ckpt"],
         capture_output=True,

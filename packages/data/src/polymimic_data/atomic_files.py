@@ -9,14 +9,18 @@ from pathlib import Path
 from typing import Any
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-        f.write(text)
+    with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False, suffix=".tmp") as f:
+        f.write(data)
     os.chmod(f.name, 0o644)  # NamedTemporaryFile makes 0600; these are ordinary files
     os.replace(f.name, path)
     return path
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    return write_bytes_atomic(path, text.encode())
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:

@@ -49,3 +49,12 @@ def read_video_frames(path: str | os.PathLike[str]) -> list[np.ndarray]:
     """Decode every frame of a video to uint8 (H, W, 3)."""
     with av.open(str(path)) as container:
         return [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+
+
+def video_rate(path: str | os.PathLike[str]) -> Fraction:
+    """The frame rate a video's stream declares (what a player plays it at)."""
+    with av.open(str(path)) as container:
+        rate = container.streams.video[0].average_rate
+    if rate is None:
+        raise ValueError(f"{path}: its video stream declares no frame rate")
+    return Fraction(rate)

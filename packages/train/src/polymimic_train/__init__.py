@@ -1,14 +1,15 @@
 """polymimic-train: the thin app that composes data, policy, strategy and eval under Hydra.
 
-`load_policy(path)` rebuilds a trained policy from a checkpoint alone (see trained_policy);
-importing it loads neither Lightning nor Hydra.
+`load_policy(path)` rebuilds a trained policy from a checkpoint or an export alone, and
+`export_policy(checkpoint)` writes an export (see trained_policy); importing them loads
+neither Lightning nor Hydra.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["TrainedPolicy", "load_policy"]
+__all__ = ["TrainedPolicy", "export_policy", "load_policy"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,4 +21,4 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from polymimic_train.trained_policy import TrainedPolicy, load_policy
+    from polymimic_train.trained_policy import TrainedPolicy, export_policy, load_policy

@@ -44,6 +44,7 @@ class EmbodimentDataModule(pl.LightningDataModule):
         self.cache_dir = Path(cache_dir)
         self.train_sets: dict[str, EpisodeDataset] = {}
         self.val_sets: dict[str, EpisodeDataset] = {}
+        self.train_episodes: dict[str, list[EpisodeInfo]] = {}
         self.val_episodes: dict[str, list[EpisodeInfo]] = {}
         self.normalizer: Normalizer | None = None
         self.norm_stats: dict[str, NormStats] = {}
@@ -111,6 +112,7 @@ class EmbodimentDataModule(pl.LightningDataModule):
         for name in self.cfg["datasets"]:
             train, val = self._split(name)
             self.train_sets[name] = self._dataset(name, train)
+            self.train_episodes[name] = train
             self.val_episodes[name] = val
             frames = subsample_frames(val, self.cfg["val_frames_per_episode"])
             self.val_sets[name] = self._dataset(name, val, frames=frames)
@@ -178,9 +180,13 @@ class EmbodimentDataModule(pl.LightningDataModule):
     def val_dataloader(self) -> list[DataLoader]:
         return [self._loader(n, ds, shuffle=False) for n, ds in self.val_sets.items()]
 
-    def video_dataset(self, name: str, episode: int = 0) -> EpisodeDataset:
-        """One whole validation episode at its stored resolution, frame by frame."""
-        ep = self.val_episodes[name][episode]
+    def episodes(self, name: str, split: str) -> list[EpisodeInfo]:
+        """The episodes of one dataset's split ("train" or "val")."""
+        return {"train": self.train_episodes, "val": self.val_episodes}[split][name]
+
+    def video_dataset(self, name: str, episode: int = 0, split: str = "val") -> EpisodeDataset:
+        """One whole episode of a split at its stored resolution, frame by frame."""
+        ep = self.episodes(name, split)[episode]
         return self._dataset(
             name, [ep], image_size=None, frames=[(0, f) for f in range(ep.total_frames)]
         )

@@ -63,11 +63,11 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
         val_sample_seed=cfg.val_sample_seed,
         **cfg.optim,
     )
-    callbacks = (
-        [instantiate(cfg.callbacks.trajectory_video)]
-        if cfg.callbacks.get("trajectory_video")
-        else []
-    )
+    callbacks = [  # the pictures of a validation, as training draws them
+        instantiate(cfg.callbacks[name], at_step=trained.step)
+        for name in ("trajectory_video", "step_error_plot")
+        if cfg.callbacks.get(name)
+    ]
     loggers = [instantiate(cfg.logger.csv, save_dir=str(out))]
     trainer = pl.Trainer(
         accelerator=cfg.trainer.accelerator,
@@ -78,7 +78,10 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
         enable_progress_bar=False,
     )
     trainer.validate(module, datamodule=datamodule, verbose=False)
-    summary = summarise(trainer, out) | {"checkpoint": str(checkpoint.resolve())}
+    summary = summarise(trainer, out) | {
+        "checkpoint": str(checkpoint.resolve()),
+        "steps": trained.step,  # the weights' training step, not this validation's
+    }
     write_json_atomic(out / "summary.json", summary)
     print(f"eval dir: {out}")
     print(

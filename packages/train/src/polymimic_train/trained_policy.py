@@ -6,12 +6,19 @@ embodiments' numbers and names, the layouts, the normalisation statistics and th
 settings the policy was trained with (image size, cameras, history, horizon).
 `load_policy(path)` rebuilds the policy from that alone; `predict` takes one raw
 observation and returns an unnormalised action chunk with its channel names.
+
+`export_policy(checkpoint, out)` writes the same without training state: `model.safetensors`
+(the policy's and the normaliser's tensors) and `config.json` (the record and the step),
+which `load_policy(out)` loads too.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,8 +30,12 @@ from torch import nn
 
 from polymimic_data.layouts import ChannelGroup, Layout
 from polymimic_data.normalization import Normalizer, NormStats
+from polymimic_train.run_dirs import CHECKPOINTS
 
 RECORD = "polymimic"
+EXPORT_WEIGHTS, EXPORT_CONFIG = "model.safetensors", "config.json"
+EXPORT_FORMAT = "polymimic-policy/1"
+KEPT = ("policy.", "normalizer.")  # the state a trained policy needs; the rest is training
 
 
 def policy_record(
@@ -57,10 +68,15 @@ class TrainedPolicy:
     """A policy with its normaliser, for one embodiment: raw observation in, actions out."""
 
     def __init__(
-        self, policy: nn.Module, normalizer: Normalizer, record: Mapping[str, Any], embodiment: str
+        self,
+        policy: nn.Module,
+        normalizer: Normalizer,
+        record: Mapping[str, Any],
+        embodiment: str,
+        step: int | None = None,
     ) -> None:
         self.policy, self.normalizer, self.record = policy.eval(), normalizer.eval(), record
-        self.embodiment = embodiment
+        self.embodiment, self.step = embodiment, step  # step: the training step of the weights
         spec = record["embodiments"][embodiment]
         self.cameras = list(spec["cameras"])
         self.history, self.horizon = int(spec["history"]), int(spec["horizon"])
@@ -176,15 +192,47 @@ def _build(record: Mapping[str, Any]) -> tuple[nn.Module, Normalizer]:
     return policy, Normalizer(stats, layouts, mode=record["norm"]["mode"])
 
 
+def _read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], int | None]:
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    record = checkpoint.get(RECORD) if isinstance(checkpoint, dict) else None
+    if record is None:
+        raise ValueError(f"{path}: not a polymimic checkpoint (it carries no {RECORD!r} record)")
+    state = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith(KEPT)}
+    return record, state, checkpoint.get("global_step")
+
+
+def _read_export(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], int | None]:
+    from safetensors.torch import load_file
+
+    config_path, weights_path = folder / EXPORT_CONFIG, folder / EXPORT_WEIGHTS
+    for needed in (config_path, weights_path):
+        if not needed.is_file():
+            raise ValueError(f"{folder}: not a polymimic export (no {needed.name})")
+    config = json.loads(config_path.read_text())
+    if config.get("format") != EXPORT_FORMAT:
+        raise ValueError(
+            f"{config_path}: format {config.get('format')!r}, this version reads {EXPORT_FORMAT!r}"
+        )
+    return config["record"], load_file(weights_path), config.get("step")
+
+
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], int | None]:
+    """A checkpoint file, or an export (its folder or either of its files)."""
+    if path.is_dir():
+        return _read_export(path)
+    if path.name in (EXPORT_WEIGHTS, EXPORT_CONFIG):
+        return _read_export(path.parent)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint or export")
+    return _read_checkpoint(path)
+
+
 def load_policy(
     path: str | os.PathLike[str], device: str = "cpu", embodiment: str | None = None
 ) -> TrainedPolicy:
-    """A checkpoint of `train`, rebuilt from what it carries alone (weights_only load)."""
+    """A checkpoint of `train` or an export, rebuilt from what it carries alone."""
     path = Path(path)
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    record = checkpoint.get(RECORD)
-    if record is None:
-        raise ValueError(f"{path}: not a polymimic checkpoint (it carries no {RECORD!r} record)")
+    record, state, step = _read(path)
     embodiments = sorted(record["embodiments"])
     if embodiment is None:
         if len(embodiments) > 1:
@@ -193,7 +241,59 @@ def load_policy(
     elif embodiment not in embodiments:
         raise ValueError(f"{path}: trained on {embodiments}, not {embodiment!r}")
     policy, normalizer = _build(record)
-    state = checkpoint["state_dict"]
     policy.load_state_dict({k[7:]: v for k, v in state.items() if k.startswith("policy.")})
     normalizer.load_state_dict({k[11:]: v for k, v in state.items() if k.startswith("normalizer.")})
-    return TrainedPolicy(policy.to(device), normalizer.to(device), record, embodiment)
+    return TrainedPolicy(policy.to(device), normalizer.to(device), record, embodiment, step)
+
+
+def default_export_dir(checkpoint: Path, step: int | None) -> Path:
+    """`<run dir>/export/step<N>` for a run's checkpoint, else `export/<name>` beside it."""
+    resolved = checkpoint.resolve()
+    in_run = resolved.parent.name == CHECKPOINTS
+    base = resolved.parent.parent if in_run else resolved.parent
+    return base / "export" / (f"step{step:06d}" if step is not None else resolved.stem)
+
+
+def export_policy(
+    checkpoint: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    overwrite: bool = False,
+) -> Path:
+    """Write `out/model.safetensors` and `out/config.json` from a checkpoint of `train`.
+
+    `out` defaults to `default_export_dir`. The folder appears whole or not at all; an
+    existing one is replaced only with `overwrite` (and then only once the new one is
+    complete).
+    """
+    from safetensors.torch import save_file
+
+    checkpoint = Path(checkpoint)
+    record, state, step = _read_checkpoint(checkpoint)
+    out = Path(out) if out is not None else default_export_dir(checkpoint, step)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out}: exists and is not empty; choose another folder or overwrite")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        # safetensors wants contiguous tensors that share no storage.
+        save_file({k: v.contiguous().clone() for k, v in state.items()}, staging / EXPORT_WEIGHTS)
+        config = {
+            "format": EXPORT_FORMAT,
+            "step": step,
+            "source": str(checkpoint.resolve()),
+            "record": record,
+        }
+        (staging / EXPORT_CONFIG).write_text(json.dumps(config, indent=2))
+        staging.chmod(0o755)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(staging, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out

@@ -1,7 +1,21 @@
-"""A callback that renders predicted against true action chunks over a validation episode."""
+"""Overlay videos: predicted against true action chunks over pinned episodes.
+
+After a validation that is due (every `every_n_validations`), for each embodiment, one
+validation episode and one training episode are played from their start, contiguous
+frames at the episode's own frame rate, with every frame's predicted and true chunk
+drawn by polymimic-eval's renderer (horizon traces, hand skeletons, the prompt). The
+episodes are pinned: the first readable one of each split, the same at every validation,
+so videos compare across steps.
+
+Under DDP each rank renders a share of the frames; rank 0 gathers them in order and is
+the only writer: `videos/<embodiment>/step<N>-<split>.mp4`, and the same clip as an
+animated image in TensorBoard under `videos/<embodiment>/<split>`. Nothing is loaded
+and no batch is built when no video is due.
+"""
 
 from __future__ import annotations
 
+import io
 import logging
 from pathlib import Path
 from typing import Any
@@ -9,67 +23,177 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.loggers import TensorBoardLogger
+from PIL import Image
 
 from polymimic_data import EpisodeDataset, collate_samples
 from polymimic_data.data_faults import NoValidSampleError
 from polymimic_data.embodiments import camera_intrinsics
-from polymimic_eval import draw_chunk_overlay, write_video
+from polymimic_eval import render_overlay, write_video
 
 log = logging.getLogger(__name__)
 
+SPLITS = ("val", "train")
+Frames = list[tuple[int, np.ndarray]]
+
+
+def _gather_to_zero(frames: Frames, failure: str | None) -> tuple[Frames, list[str]] | None:
+    """On rank 0: every rank's frames (by index) and failures; elsewhere None."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return frames, [failure] if failure else []
+    gathered: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object((frames, failure), gathered, dst=0)
+    if gathered is None:
+        return None
+    every = [f for part, _ in gathered for f in part]
+    return every, [fail for _, fail in gathered if fail]
+
+
+def _share() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def tensorboard_clip(frames: list[np.ndarray], fps: float, width: int) -> Any:
+    """A TensorBoard image summary value holding the clip as an animated GIF."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    h, w = frames[0].shape[:2]
+    size = (min(width, w), round(h * min(width, w) / w))
+    images = [Image.fromarray(f).resize(size, Image.Resampling.BILINEAR) for f in frames]
+    buffer = io.BytesIO()
+    images[0].save(
+        buffer,
+        format="GIF",
+        save_all=True,
+        append_images=images[1:],
+        duration=round(1000 / fps),
+        loop=0,
+    )
+    return Summary.Image(
+        height=size[1], width=size[0], colorspace=3, encoded_image_string=buffer.getvalue()
+    )
+
 
 class TrajectoryVideoCallback(pl.Callback):
-    """After each validation, one mp4 per embodiment in `<run>/videos/`."""
-
     def __init__(
-        self, *, max_frames: int = 80, fps: float | None = None, batch_size: int = 16
+        self,
+        *,
+        max_frames: int = 80,
+        fps: float | None = None,
+        batch_size: int = 16,
+        every_n_validations: int = 1,
+        splits: tuple[str, ...] | list[str] = SPLITS,
+        tensorboard_width: int = 320,
+        at_step: int | None = None,
     ) -> None:
-        """Contiguous frames from the episode's start, at the episode's frame rate.
+        """Videos of pinned episodes after every `every_n_validations`-th validation.
 
-        `fps` overrides the rate; None plays at the episode's own (its `fps` attribute).
+        `fps` overrides the episode's own rate (its `fps` attribute) when set; `at_step`
+        names the files by a given training step (evaluate), else by the trainer's.
         """
+        unknown = set(splits) - set(SPLITS)
+        if unknown or every_n_validations < 1:
+            raise ValueError(
+                f"trajectory_video: splits must be among {SPLITS} (got {list(splits)}) and "
+                f"every_n_validations >= 1 (got {every_n_validations})"
+            )
         self.max_frames, self.fps, self.batch_size = max_frames, fps, batch_size
+        self.every_n_validations, self.splits = every_n_validations, tuple(splits)
+        self.tensorboard_width, self.at_step = tensorboard_width, at_step
+        self.validations = 0
+        self.pinned: dict[tuple[str, str], int] = {}  # (embodiment, split) -> episode index
         self.written: list[Path] = []
 
-    @rank_zero_only
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
+        self.validations += 1
+        if (self.validations - 1) % self.every_n_validations:
+            return
         datamodule: Any = trainer.datamodule  # type: ignore[attr-defined]
-        for name in datamodule.val_episodes:
-            if not datamodule.val_episodes[name]:
-                continue
-            path = (
-                Path(trainer.default_root_dir)
-                / "videos"
-                / f"{name}-step{trainer.global_step:06d}.mp4"
-            )
-            for episode in range(len(datamodule.val_episodes[name])):
-                try:
-                    self._render(
-                        datamodule.video_dataset(name, episode), datamodule, pl_module, path
+        for name in datamodule.cfg["datasets"]:
+            for split in self.splits:
+                self._video(trainer, pl_module, datamodule, name, split)
+
+    def _video(
+        self, trainer: pl.Trainer, module: Any, datamodule: Any, name: str, split: str
+    ) -> None:
+        """The pinned episode, or the next readable one; every rank takes part."""
+        step = trainer.global_step if self.at_step is None else self.at_step
+        path = Path(trainer.default_root_dir) / "videos" / name / f"step{step:06d}-{split}.mp4"
+
+        episodes = datamodule.episodes(name, split)
+        for episode in range(self.pinned.get((name, split), 0), len(episodes)):
+            dataset = datamodule.video_dataset(name, episode, split)
+            frames, failure = self._render_share(dataset, datamodule, module)
+            gathered = _gather_to_zero(frames, failure)
+            failures = gathered[1] if gathered is not None else []
+            # Every rank must move on together: rank 0 decides.
+            failed = trainer.strategy.broadcast(bool(failures), src=0)
+            if failed:
+                if trainer.is_global_zero:
+                    log.warning(
+                        "no video of %s episode %s of %s: %s",
+                        split,
+                        episodes[episode].hash,
+                        name,
+                        failures[0],
                     )
-                except NoValidSampleError as exc:  # a broken episode: show the next one
-                    log.warning("no video of validation episode %d of %s: %s", episode, name, exc)
-                    continue
-                self.written.append(path)
-                log.info("wrote %s", path)
-                break
+                continue
+            self.pinned[(name, split)] = episode
+            if gathered is not None:
+                ordered = [f for _, f in sorted(gathered[0], key=lambda item: item[0])]
+                fps = self.fps or float(dataset.episodes[0].attrs.get("fps") or 30.0)
+                self._write(trainer, path, ordered, fps, f"videos/{name}/{split}", step)
+            return
+
+    def _write(
+        self,
+        trainer: pl.Trainer,
+        path: Path,
+        frames: list[np.ndarray],
+        fps: float,
+        tag: str,
+        step: int,
+    ) -> None:
+        write_video(path, frames, fps)
+        self.written.append(path)
+        log.info("wrote %s", path)
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                from tensorboard.compat.proto.summary_pb2 import Summary
+
+                clip = tensorboard_clip(frames, fps, self.tensorboard_width)
+                summary = Summary(value=[Summary.Value(tag=tag, image=clip)])
+                # SummaryWriter.add_video needs moviepy; the GIF it would write is made here.
+                logger.experiment._get_file_writer().add_summary(summary, step)
+
+    def _render_share(
+        self, dataset: EpisodeDataset, datamodule: Any, module: Any
+    ) -> tuple[Frames, str | None]:
+        """The frames of this rank's share (every world-th), or why they could not be read."""
+        rank, world = _share()
+        indices = list(range(min(self.max_frames, len(dataset))))[rank::world]
+        try:
+            return self._render(dataset, indices, datamodule, module), None
+        except NoValidSampleError as exc:  # a broken episode: the caller tries the next
+            return [], str(exc)
 
     @torch.no_grad()
-    def _render(self, dataset: EpisodeDataset, datamodule: Any, module: Any, path: Path) -> None:
+    def _render(
+        self, dataset: EpisodeDataset, indices: list[int], datamodule: Any, module: Any
+    ) -> Frames:
         camera = dataset.cameras[0]
         model_size = tuple(datamodule.cfg["image_size"])
-        episode = dataset.episodes[0]
-        intrinsics = camera_intrinsics(dataset.spec, episode.attrs, camera)
-        indices = np.arange(min(self.max_frames, len(dataset)))  # contiguous: real time
-        frames = []
+        intrinsics = camera_intrinsics(dataset.spec, dataset.episodes[0].attrs, camera)
+        frames: Frames = []
         for start in range(0, len(indices), self.batch_size):
-            batch = collate_samples(
-                [dataset[int(i)] for i in indices[start : start + self.batch_size]]
-            )
+            chunk = indices[start : start + self.batch_size]
+            batch = collate_samples([dataset[i] for i in chunk])
             display = batch[f"images.{camera}"]
             for cam in dataset.cameras:  # the policy sees images at its own resolution
                 key = f"images.{cam}"
@@ -84,11 +208,17 @@ class TrajectoryVideoCallback(pl.Callback):
                 k: v.to(module.device) if isinstance(v, torch.Tensor) else v
                 for k, v in batch.items()
             }
-            pred = module.predict_actions(batch).cpu().numpy()
-            true = batch["actions"].cpu().numpy()
-            for j in range(len(pred)):
+            pred = module.predict_actions(batch).float().cpu().numpy()
+            true = batch["actions"].float().cpu().numpy()
+            for j, index in enumerate(chunk):
                 image = display[j].permute(1, 2, 0).numpy()
-                frames.append(
-                    draw_chunk_overlay(image, pred[j], true[j], dataset.layout, intrinsics)
+                frame = render_overlay(
+                    image,
+                    intrinsics,
+                    dataset.layout,
+                    true=true[j],
+                    pred=pred[j],
+                    prompt=batch["prompt"][j],
                 )
-        write_video(path, frames, self.fps or float(episode.attrs.get("fps") or 30.0))
+                frames.append((index, frame))
+        return frames
