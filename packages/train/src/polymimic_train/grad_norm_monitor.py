@@ -1,9 +1,11 @@
 """Gradient-norm statistics for diagnosis: median, MAD and spikes over a window.
 
 The global norm of the gradients is taken just before each optimizer step (after AMP
-unscaling, before any clipping the optimizer does), kept on the device, and brought to
-the host once every `log_every_n_steps`, so watching never stalls the step. The callback
-only reads gradients; training is the same with it or without it.
+unscaling, before gradient clipping), kept on the device, and brought to the host once
+every `log_every_n_steps`, so watching never stalls the step. Under FSDP, where each rank
+holds a shard of the gradients, the squared norms are summed over ranks at that point (one
+collective per logging interval). The callback only reads gradients; training is the same
+with it or without it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.strategies import FSDPStrategy
 
 from polymimic_eval import GradNormStats
 
@@ -37,8 +40,14 @@ class GradNormMonitor(pl.Callback):
     ) -> None:
         grads = [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
         if grads:
-            norms = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
-            self.pending.append(torch.linalg.vector_norm(norms))
+            total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
+            if total_norm is not None:
+                norm = total_norm(grads, foreach=True)
+            else:
+                norm = torch.linalg.vector_norm(
+                    torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
+                )
+            self.pending.append(norm.float().square())
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any
@@ -46,7 +55,10 @@ class GradNormMonitor(pl.Callback):
         every = self.log_every_n_steps or trainer.log_every_n_steps
         if not self.pending or trainer.global_step % every:
             return
-        self.stats.update(torch.stack(self.pending).cpu().tolist())
+        squares = torch.stack(self.pending)
+        if isinstance(trainer.strategy, FSDPStrategy):  # each rank holds a shard
+            squares = trainer.strategy.reduce(squares, reduce_op="sum")
+        self.stats.update(squares.sqrt().cpu().tolist())
         self.pending.clear()
         pl_module.log_dict(
             {f"grad_norm/{k}": v for k, v in self.stats.summary().items()},
