@@ -45,7 +45,8 @@ ALLOWED: dict[str, set[str]] = {
         "tqdm",
         "fsspec",
     },
-    "policies": {"torch", "torchvision", "safetensors", "transformers", "diffusers"},
+    # tokenizers (the `pi` extra, transformers' own): the tiny PaliGemma's offline tokenizer.
+    "policies": {"torch", "torchvision", "safetensors", "transformers", "tokenizers", "diffusers"},
     "strategies": {"torch", "lightning"},
     # PIL: the renderer's drawing and captions; matplotlib: the `plots` extra (horizon plot).
     "eval": {"numpy", "torch", "av", "PIL", "matplotlib", "polymimic_data"},
@@ -98,9 +99,10 @@ def test_package_imports_only_what_design_allows(package: str) -> None:
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_declared_dependencies_cover_imports_and_no_forbidden_package(package: str) -> None:
     project = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
+    optional = [d for extra in project.get("optional-dependencies", {}).values() for d in extra]
     declared = {
         d.split(">")[0].split("=")[0].split("[")[0].strip().replace("-", "_")
-        for d in project["dependencies"]
+        for d in [*project["dependencies"], *optional]
     }
     declared = {"hydra" if d == "hydra_core" else d for d in declared}
     used = {m for m in _imports(package) if m in THIRD_PARTY or m in OURS} - {

@@ -42,14 +42,46 @@ def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
 
 
+def _compose(*overrides: str):
+    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
 @cache
 def parameters(model: str) -> int:
-    """The whole policy's parameters on eva (counted on the meta device)."""
-    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
-        cfg = compose("train", overrides=[f"model={model}", "name=count"])
-    with torch.device("meta"):
-        policy = instantiate(cfg.model, embodiments=embodiment_specs(cfg.data))
+    """The whole policy's parameters on eva (counted on the meta device).
+
+    Pi at PaliGemma 3B needs a local PaliGemma to be built; without one (this machine) it
+    is counted from PaliGemma 3B's config.
+    """
+    cfg = _compose(f"model={model}", "name=count")
+    if cfg.model._target_.endswith("PiPolicy") and cfg.model.paligemma_path is None:
+        from polymimic_policies.paligemma_loading import paligemma_3b_config
+        from polymimic_policies.pi import pi_parameter_count
+
+        counts = pi_parameter_count(
+            paligemma_3b_config(),
+            expert_width=cfg.model.expert_width,
+            expert_mlp_dim=cfg.model.expert_mlp_dim,
+            variant=cfg.model.variant,
+        )
+        return counts["total"]
+    no_weights = {"load_base_weights": False} if "load_base_weights" in cfg.model else {}
+    with torch.device("meta"):  # a count: nothing allocated, no base weights read
+        policy = instantiate(cfg.model, embodiments=embodiment_specs(cfg.data), **no_weights)
     return sum(p.numel() for p in policy.parameters())
+
+
+def _rotation_overrides(model: str, data: str) -> list[str]:
+    """Pi predicts rot6d only: its data configs' eva datasets take eva's rot6d layout."""
+    if not _compose(f"model={model}", "name=count").model._target_.endswith("PiPolicy"):
+        return []
+    datasets = _compose(f"data={data}", "name=count").data.datasets
+    return [
+        f"data.datasets.{name}.layout=eva_cartesian_rot6d"
+        for name, spec in datasets.items()
+        if spec.embodiment == "eva_bimanual"
+    ]
 
 
 def _pairs() -> list:
@@ -80,6 +112,7 @@ def test_the_matrix_covers_every_config_a_cpu_can_train() -> None:
     assert {"synthetic_cotrain", "episodes"} <= datas
     trained = {m for m, _ in pairs}
     assert {"hpt_small", "hpt_eva", "hpt_human", "hpt_cotrain_shared_heads"} <= trained
+    assert {"pi_tiny", "rdt_small"} <= trained
     assert trained | {m for m in _options("model") if parameters(m) > GPU_ONLY} == set(
         _options("model")
     )
@@ -89,7 +122,13 @@ def test_the_matrix_covers_every_config_a_cpu_can_train() -> None:
 def test_every_model_trains_on_every_data_config(
     tmp_path: Path, model: str, data: str, compose_train
 ) -> None:
-    overrides = [f"model={model}", f"data={data}", *TINY, *_data_overrides(tmp_path, data)]
+    overrides = [
+        f"model={model}",
+        f"data={data}",
+        *TINY,
+        *_data_overrides(tmp_path, data),
+        *_rotation_overrides(model, data),
+    ]
     cfg = compose_train(tmp_path, *overrides)
     summary = polymimic_train.app.run(cfg)
     assert summary["steps"] == 2

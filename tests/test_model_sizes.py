@@ -35,3 +35,19 @@ def test_a_named_size_holds_what_its_name_says(model: str) -> None:
     assert {p.device.type for p in policy.parameters()} == {"meta"}
     trunk = sum(p.numel() for p in policy.trunk.parameters())
     assert abs(trunk - NAMED[model]) / NAMED[model] < 0.05, f"{model}: {trunk / 1e6:.1f}M"
+
+
+def _meta_policy(model: str, *overrides: str):
+    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
+        cfg = compose("train", overrides=[f"model={model}", "name=sizes", *overrides])
+    with torch.device("meta"):
+        return instantiate(cfg.model, embodiments=embodiment_specs(cfg.data))
+
+
+def test_rdt_1b_has_rdt_1b_s_head() -> None:
+    """RDT-1B: width 2048, 28 blocks, 32 heads, MLP at the width: about 1.2B in the head."""
+    policy = _meta_policy("rdt_1b")
+    (head,) = policy.heads.values()
+    count = sum(p.numel() for p in head.parameters())
+    assert 1.15e9 < count < 1.25e9, f"{count / 1e9:.3f}B"
+    assert {p.device.type for p in policy.parameters()} == {"meta"}

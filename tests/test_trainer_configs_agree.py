@@ -29,20 +29,34 @@ CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
 TRAINERS = sorted(p.stem for p in (CONFIGS / "trainer").glob("*.yaml"))
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory, compose_train, prepared_data):
+# Each policy at a size that validates in seconds, on data it accepts (Pi: rot6d).
+MODELS = {
+    "hpt_small": ["model.d_model=32", "model.num_heads=2", "model.image_tokens=2"],
+    "rdt_small": [
+        "model.d_model=32",
+        "model.num_heads=2",
+        "model.image_tokens=2",
+        "model.rdt_width=32",
+        "model.rdt_heads=2",
+        "model.rdt_layers=2",
+    ],
+    "pi_tiny": ["data=synthetic_eva_rot6d"],
+}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def setup(request, tmp_path_factory: pytest.TempPathFactory, compose_train, prepared_data):
     tmp = tmp_path_factory.mktemp("agree")
     cfg = compose_train(
         tmp,
+        f"model={request.param}",
+        *MODELS[request.param],
         "data.synthetic.episodes=6",
         "data.synthetic.frames=20",
         "data.val_fraction=0.34",
         "data.num_workers=0",
         "data.batch_size=8",
         "data.norm.num_samples=50",
-        "model.d_model=32",
-        "model.num_heads=2",
-        "model.image_tokens=2",
     )
     datamodule = prepared_data(cfg)
     assert datamodule.normalizer is not None

@@ -85,3 +85,9 @@ def train_app() -> TrainApp:
 def train_process() -> Callable[..., subprocess.Popen[str]]:
     """train_process(tmp, *overrides): the same, started and not waited for."""
     return _start
+
+
+@pytest.fixture(scope="session")
+def train_environment() -> Callable[[Path], dict[str, str]]:
+    """train_environment(tmp): the environment `train` runs in, everything under `tmp`."""
+    return train_env

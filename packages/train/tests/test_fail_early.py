@@ -106,3 +106,31 @@ def test_help_lists_only_choosable_options(tmp_path: Path, train_app) -> None:
     assert result.returncode == 0
     assert "data: episodes, synthetic_aria, synthetic_cotrain, synthetic_eva" in result.stdout
     assert "base" not in result.stdout.split("== Config ==")[0]
+
+
+def test_pi_on_a_quaternion_layout_is_refused_naming_the_rot6d_one(
+    tmp_path: Path, train_environment
+) -> None:
+    """Before any model, data or PaliGemma is made (the model's own keys, not SMALL's)."""
+    import subprocess
+    import sys
+    import time
+
+    start = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "polymimic_train", "model=pi_tiny", "data=synthetic_eva"],
+        env=train_environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    seconds = time.perf_counter() - start
+    _fails_cleanly(
+        result,
+        "data.datasets.eva_bimanual.layout: 'eva_cartesian_quat' has quaternion rotations, and "
+        "model PiPolicy predicts rot6d only; use data.datasets.eva_bimanual.layout="
+        "eva_cartesian_rot6d",
+        tmp_path,
+    )
+    assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()
+    print(f"refused in {seconds:.1f} s")  # bench-train times it; the goal is under 10 s

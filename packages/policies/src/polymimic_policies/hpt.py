@@ -309,17 +309,27 @@ class HPTPolicy(nn.Module):
 
     def encode(self, batch: Mapping[str, Any]) -> torch.Tensor:
         """The trunk's output tokens the head reads: (B, readout or all tokens, d_model)."""
+        return self.encode_with_stems(batch)[0]
+
+    def encode_with_stems(
+        self, batch: Mapping[str, Any]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """`encode`'s tokens, and each modality's stem tokens (B, n, d_model) before the trunk.
+
+        For heads that also read a stem directly (RDT cross-attends to the prompt's tokens).
+        """
         embodiment = batch["embodiment"]
         self._spec(embodiment)
-        tokens = []
+        stem_tokens, tokens = {}, []
         for modality in self.modalities(embodiment):
             slot = _slot(embodiment, modality)
-            stem = self.stems[self.stem_of[slot]]
-            tokens.append(stem(self._input(batch, modality)) + self.modality_embedding[slot])
+            stem_tokens[modality] = self.stems[self.stem_of[slot]](self._input(batch, modality))
+            tokens.append(stem_tokens[modality] + self.modality_embedding[slot])
         readout = self.readout[embodiment]
         size = tokens[0].shape[0]
         out = self.trunk(torch.cat([*tokens, readout.expand(size, -1, -1)], dim=1))
-        return out[:, -readout.shape[1] :].contiguous() if readout.shape[1] else out
+        out = out[:, -readout.shape[1] :].contiguous() if readout.shape[1] else out
+        return out, stem_tokens
 
     def head_for(self, embodiment: str) -> ActionHead:
         return self.heads[self.head_of[embodiment]]  # type: ignore[return-value]

@@ -27,6 +27,21 @@ OmegaConf.register_new_resolver(
     lambda sub: str(Path(platformdirs.user_cache_dir("polymimic")) / sub),
     replace=True,
 )
+
+
+def _tiny_paligemma(cache_dir: str) -> str:
+    """A tiny PaliGemma for model=pi_tiny, made in the cache on first use.
+
+    Transformers loads only when a config asks for it.
+    """
+    from polymimic_policies.paligemma_loading import ensure_tiny_paligemma
+
+    return str(ensure_tiny_paligemma(cache_dir))
+
+
+OmegaConf.register_new_resolver(
+    "polymimic.tiny_paligemma", _tiny_paligemma, replace=True, use_cache=True
+)
 # Cached: Hydra reads the run directory more than once; it must be made once.
 OmegaConf.register_new_resolver(
     "polymimic.run_dir", run_dirs.run_dir_for, replace=True, use_cache=True
@@ -53,7 +68,7 @@ def _checked(cfg: DictConfig, resume_from: Path | None) -> tuple[dict[str, Any],
     check_data_roots(cfg.data, Path(cfg.paths.cache_dir) / "episode_index")
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     assert isinstance(data_cfg, dict)
-    policy = _build_policy(cfg, data_cfg)
+    policy = _build_policy(cfg, data_cfg, resuming=resume_from is not None)
     if resume_from is not None:
         from polymimic_train.run_config import check_resume_fits
 
@@ -132,8 +147,11 @@ def _policy_record(
     )
 
 
-def _build_policy(cfg: DictConfig, data_cfg: dict[str, Any]) -> Any:
-    """The policy, from config alone; its own complaints name the model field."""
+def _build_policy(cfg: DictConfig, data_cfg: dict[str, Any], resuming: bool = False) -> Any:
+    """The policy, from config alone; its own complaints name the model field.
+
+    A resumed run does not load base weights (e.g. PaliGemma's): the checkpoint has them.
+    """
     import torch
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
@@ -141,8 +159,9 @@ def _build_policy(cfg: DictConfig, data_cfg: dict[str, Any]) -> Any:
     from polymimic_train.run_config import embodiment_specs
 
     torch.manual_seed(cfg.seed)  # the initial weights (Lightning seeds the rest later)
+    extra = {"load_base_weights": False} if resuming and "load_base_weights" in cfg.model else {}
     try:
-        return instantiate(cfg.model, embodiments=embodiment_specs(data_cfg))
+        return instantiate(cfg.model, embodiments=embodiment_specs(data_cfg), **extra)
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, ValueError | TypeError):

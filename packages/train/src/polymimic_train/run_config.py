@@ -100,10 +100,51 @@ def _check_datasets(data: DictConfig) -> None:
             raise ConfigError(f"{where}.weight: must be a positive number, got {weight!r}")
 
 
+# Policies that model rotations in one representation only: the target's class -> kind.
+# Pi predicts rotations as rot6d, as openpi does; its flow over quaternions or angles
+# would cross the sign and wrap-around discontinuities those have.
+_ROTATION_ONLY = {"PiPolicy": "rot6d"}
+_ROTATION_KINDS = ("quaternion", "euler", "rot6d")
+
+
+def _check_model_layouts(cfg: DictConfig) -> None:
+    from polymimic_data.embodiments import get_embodiment
+
+    target = str(OmegaConf.select(cfg, "model._target_", default=""))
+    required = _ROTATION_ONLY.get(target.rpartition(".")[2])
+    if required is None:
+        return
+    for name, spec in (cfg.data.get("datasets") or {}).items():
+        embodiment = get_embodiment(str(spec.get("embodiment")))
+        layout = embodiment.layout(spec.get("layout"))
+        kinds = sorted({g.kind for g in layout.groups if g.kind in _ROTATION_KINDS} - {required})
+        if not kinds:
+            continue
+        fitting = [
+            candidate
+            for candidate in embodiment.layouts
+            if all(
+                g.kind == required
+                for g in embodiment.layout(candidate).groups
+                if g.kind in _ROTATION_KINDS
+            )
+        ]
+        # The fitting layout of the same family first: eva_cartesian_quat -> ..._rot6d.
+        family = layout.name.rpartition("_")[0] + "_"
+        fitting.sort(key=lambda candidate: not candidate.startswith(family))
+        use = fitting[0] if fitting else f"<a layout with {required} rotations>"
+        raise ConfigError(
+            f"data.datasets.{name}.layout: {layout.name!r} has {kinds[0]} rotations, and "
+            f"model {target.rpartition('.')[2]} predicts {required} only; use "
+            f"data.datasets.{name}.layout={use}"
+        )
+
+
 def check_config(cfg: DictConfig) -> None:
     """Every check that needs no data and no model: numbers, names, choices."""
     _check_numbers(cfg)
     _check_datasets(cfg.data)
+    _check_model_layouts(cfg)
 
 
 def embodiment_specs(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,476 @@
+"""RDT: a diffusion transformer head (Robotics Diffusion Transformer) on HPT's stems and trunk.
+
+RDTPolicy is HPTPolicy with every head replaced by an RDT head: a DiT over one sequence of
+tokens, [diffusion timestep, latest state, action step 1..T], each a learned position.
+Every block is pre-norm and residual: self-attention over that sequence, cross-attention to
+the condition tokens, then an MLP (GELU, tanh). Norms are RMSNorm, and every attention
+normalises its queries and keys per head with RMSNorm too (QK-norm), which is what keeps a
+wide, deep DiT trainable on unnormalised robot data. Cross-attention alternates by block:
+even blocks attend to the trunk's tokens (`encode`), odd blocks to the language tokens (the
+prompt stem's tokens, when `use_prompt`; without a prompt the odd blocks read the trunk
+too). Both kinds of condition come in through a Linear from `d_model` to `rdt_width`, so the
+trunk and the head need not be one width. A final RMSNorm, then one output projection per
+named channel group (keyed by name and width, as in action_heads), so a shared head maps
+each embodiment's layout onto its own channels; the state token comes in through one
+projection per embodiment, as state layouts are not named.
+
+Training is DDPM (diffusers' DDPMScheduler, squaredcos_cap_v2 betas) with the network
+predicting the clean chunk: a timestep drawn uniformly, the chunk noised to it, and the
+loss the MSE of the prediction over valid steps only (`action_mask`; padded steps are also
+hidden from self-attention, so what they hold reaches nothing that is scored). Sampling is
+a few DPM-Solver++ steps (`sample_steps`) from Gaussian noise of the chunk's shape, given
+or drawn from a torch.Generator, on a fresh scheduler per call: deterministic for a given
+noise or seed. With `residual_actions` the head models the chunk relative to the latest
+state, exactly as in HPTPolicy.
+
+RDT-1B is rdt_width=2048, rdt_layers=28, rdt_heads=32, rdt_mlp_ratio=1.0 (RDT's MLP is as
+wide as the model): 10 w^2 weights a block (self-attention 4, cross-attention 4, MLP 2),
+1.17e9 parameters in the blocks. Built on the CPU and never choosing a device; build it
+under `torch.device("meta")` to size it without memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from polymimic_policies.action_heads import ActionHead, Groups, _key, sinusoidal_embedding
+from polymimic_policies.hpt import PROMPT, SHARED_HEAD, EmbodimentSpec, HPTPolicy
+
+TIME_FREQUENCIES = 256  # sinusoidal features of the diffusion timestep, as in DiT and RDT
+BETA_SCHEDULE = "squaredcos_cap_v2"
+
+
+def _check_rdt(
+    *,
+    rdt_width: int,
+    rdt_layers: int,
+    rdt_heads: int,
+    rdt_mlp_ratio: float,
+    train_timesteps: int,
+    sample_steps: int,
+) -> None:
+    """ValueError naming the first RDT argument that cannot work: `<name>: <why>; <what works>`."""
+    counts = {
+        "rdt_width": rdt_width,
+        "rdt_layers": rdt_layers,
+        "rdt_heads": rdt_heads,
+        "train_timesteps": train_timesteps,
+        "sample_steps": sample_steps,
+    }
+    for name, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+    if rdt_width % rdt_heads:
+        divisors = [n for n in range(1, rdt_width + 1) if rdt_width % n == 0]
+        raise ValueError(
+            f"rdt_heads: {rdt_heads} does not divide rdt_width={rdt_width}; choose one of "
+            f"{divisors}"
+        )
+    if not isinstance(rdt_mlp_ratio, (int, float)) or int(rdt_width * rdt_mlp_ratio) < 1:
+        raise ValueError(
+            f"rdt_mlp_ratio: must make an MLP of at least one unit (rdt_width * rdt_mlp_ratio "
+            f">= 1), got {rdt_mlp_ratio!r}; RDT uses 1.0"
+        )
+    if sample_steps > train_timesteps:
+        raise ValueError(
+            f"sample_steps: {sample_steps} is more than train_timesteps={train_timesteps}; "
+            "choose at most that (RDT samples in 5)"
+        )
+
+
+def _schedule(train_timesteps: int) -> dict[str, Any]:
+    return {
+        "num_train_timesteps": train_timesteps,
+        "beta_schedule": BETA_SCHEDULE,
+        "prediction_type": "sample",
+    }
+
+
+class QKNormAttention(nn.Module):
+    """Multi-head attention with RMSNorm on each head's queries and keys.
+
+    Self-attention when called with `x` alone; cross-attention from `x` to `context`
+    otherwise. Keys flagged in `padding` (B, N) get no attention.
+    """
+
+    def __init__(self, width: int, heads: int, cross: bool = False) -> None:
+        super().__init__()
+        self.heads = heads
+        self.cross = cross
+        if cross:
+            self.q = nn.Linear(width, width)
+            self.kv = nn.Linear(width, 2 * width)
+        else:
+            self.qkv = nn.Linear(width, 3 * width)
+        self.q_norm = nn.RMSNorm(width // heads, eps=1e-6)
+        self.k_norm = nn.RMSNorm(width // heads, eps=1e-6)
+        self.proj = nn.Linear(width, width)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        padding: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if self.cross:
+            if context is None:
+                raise ValueError("cross-attention needs context tokens")
+            q = self.q(x)
+            k, v = self.kv(context).chunk(2, dim=-1)
+        else:
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in (q, k, v))
+        q, k = self.q_norm(q), self.k_norm(k)
+        mask = None if padding is None else ~padding[:, None, None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.proj(out.transpose(1, 2).flatten(2))
+
+
+class RDTBlock(nn.Module):
+    """x + self_attn(norm(x)), x + cross_attn(norm(x), context), x + mlp(norm(x))."""
+
+    def __init__(self, width: int, heads: int, mlp_ratio: float) -> None:
+        super().__init__()
+        hidden = int(width * mlp_ratio)
+        self.norm1 = nn.RMSNorm(width, eps=1e-6)
+        self.attn = QKNormAttention(width, heads)
+        self.norm2 = nn.RMSNorm(width, eps=1e-6)
+        self.cross_attn = QKNormAttention(width, heads, cross=True)
+        self.norm3 = nn.RMSNorm(width, eps=1e-6)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, hidden), nn.GELU(approximate="tanh"), nn.Linear(hidden, width)
+        )
+
+    def forward(
+        self, x: torch.Tensor, context: torch.Tensor, padding: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), padding=padding)
+        x = x + self.cross_attn(self.norm2(x), context)
+        return x + self.mlp(self.norm3(x))
+
+
+class RDTHead(nn.Module):
+    """The RDT denoiser for the embodiments it serves (see the module docstring).
+
+    `groups`, `horizons` and `state_dims` are per embodiment; `context_dim` is the width of
+    the trunk's (and the prompt stem's) tokens; `language` whether odd blocks get their own
+    language tokens. Calling it maps a noisy chunk and its timesteps to the clean chunk.
+    """
+
+    kind = "rdt"
+
+    def __init__(
+        self,
+        *,
+        groups: Mapping[str, Groups],
+        horizons: Mapping[str, int],
+        state_dims: Mapping[str, int],
+        context_dim: int,
+        language: bool,
+        rdt_width: int,
+        rdt_layers: int,
+        rdt_heads: int,
+        rdt_mlp_ratio: float,
+        train_timesteps: int,
+        sample_steps: int,
+    ) -> None:
+        super().__init__()
+        _check_rdt(
+            rdt_width=rdt_width,
+            rdt_layers=rdt_layers,
+            rdt_heads=rdt_heads,
+            rdt_mlp_ratio=rdt_mlp_ratio,
+            train_timesteps=train_timesteps,
+            sample_steps=sample_steps,
+        )
+        width = rdt_width
+        self.train_timesteps = train_timesteps
+        self.sample_steps = sample_steps
+        self.groups = {e: [(str(n), int(w)) for n, w in g] for e, g in groups.items()}
+        self.horizons = {e: int(h) for e, h in horizons.items()}
+        keys = {_key(n, w): w for g in self.groups.values() for n, w in g}
+        self.action_in = nn.ModuleDict({k: nn.Linear(w, width) for k, w in keys.items()})
+        self.action_out = nn.ModuleDict({k: nn.Linear(width, w) for k, w in keys.items()})
+        self.state_in = nn.ModuleDict({e: nn.Linear(int(s), width) for e, s in state_dims.items()})
+        self.time_mlp = nn.Sequential(
+            nn.Linear(TIME_FREQUENCIES, width), nn.SiLU(), nn.Linear(width, width)
+        )
+        # Timestep token, state token, then the action steps.
+        self.position = nn.Parameter(torch.randn(1, 2 + max(self.horizons.values()), width) * 0.02)
+        self.context_in = nn.Linear(context_dim, width)
+        self.language_in = nn.Linear(context_dim, width) if language else None
+        self.blocks = nn.ModuleList(
+            RDTBlock(width, rdt_heads, rdt_mlp_ratio) for _ in range(rdt_layers)
+        )
+        self.norm = nn.RMSNorm(width, eps=1e-6)
+        for block in self.blocks:
+            for module in block.modules():
+                if isinstance(module, nn.Linear):
+                    nn.init.xavier_uniform_(module.weight)
+                    nn.init.zeros_(module.bias)
+
+    def _spec(self, embodiment: str) -> tuple[list[tuple[str, int]], int]:
+        if embodiment not in self.groups:
+            raise KeyError(f"this head serves {sorted(self.groups)}, not {embodiment!r}")
+        return self.groups[embodiment], self.horizons[embodiment]
+
+    def action_dim(self, embodiment: str) -> int:
+        return sum(w for _, w in self._spec(embodiment)[0])
+
+    def embed_actions(self, actions: torch.Tensor, embodiment: str) -> torch.Tensor:
+        """(B, T, A) actions -> (B, T, W), each channel group through its own projection."""
+        out, start = 0, 0
+        for name, width in self._spec(embodiment)[0]:
+            out = out + self.action_in[_key(name, width)](actions[..., start : start + width])
+            start += width
+        return out  # type: ignore[return-value]
+
+    def read_actions(self, hidden: torch.Tensor, embodiment: str) -> torch.Tensor:
+        groups = self._spec(embodiment)[0]
+        return torch.cat([self.action_out[_key(n, w)](hidden) for n, w in groups], dim=-1)
+
+    def conditions(
+        self, context: torch.Tensor, language: torch.Tensor | None
+    ) -> list[torch.Tensor]:
+        """What each block cross-attends to: trunk tokens in even blocks, language in odd."""
+        trunk = self.context_in(context)
+        if (language is None) != (self.language_in is None):
+            raise ValueError(
+                "language: this head was built "
+                f"{'with' if self.language_in is not None else 'without'} language tokens "
+                f"(use_prompt), but was called {'without' if language is None else 'with'} them"
+            )
+        words = trunk if self.language_in is None else self.language_in(language)
+        return [trunk if i % 2 == 0 else words for i in range(len(self.blocks))]
+
+    def forward(
+        self,
+        noisy: torch.Tensor,
+        timesteps: torch.Tensor,
+        state: torch.Tensor,
+        context: torch.Tensor,
+        language: torch.Tensor | None,
+        embodiment: str,
+        padded: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The clean chunk (B, T, A) predicted from `noisy` at integer `timesteps` (B,).
+
+        `state` (B, S) is the latest state; `padded` (B, T) hides padded steps from the
+        others' self-attention (the timestep and state tokens are never hidden).
+        """
+        steps = noisy.shape[1]
+        t = sinusoidal_embedding(timesteps.float() / self.train_timesteps, TIME_FREQUENCIES)
+        tokens = torch.cat(
+            [
+                self.time_mlp(t.to(noisy.dtype))[:, None],
+                self.state_in[embodiment](state.to(noisy.dtype))[:, None],
+                self.embed_actions(noisy, embodiment),
+            ],
+            dim=1,
+        )
+        x = tokens + self.position[:, : steps + 2]
+        if padded is not None:
+            padded = torch.cat([padded.new_zeros(padded.shape[0], 2), padded], dim=1)
+        for block, condition in zip(self.blocks, self.conditions(context, language), strict=True):
+            x = block(x, condition, padded)
+        return self.read_actions(self.norm(x[:, 2:]), embodiment)
+
+    def loss(
+        self,
+        context: torch.Tensor,
+        language: torch.Tensor | None,
+        state: torch.Tensor,
+        actions: torch.Tensor,
+        mask: torch.Tensor,
+        embodiment: str,
+    ) -> torch.Tensor:
+        """DDPM with the clean chunk as target: MSE over the valid steps of `mask`."""
+        from diffusers import DDPMScheduler
+
+        scheduler = DDPMScheduler(**_schedule(self.train_timesteps), clip_sample=False)
+        noise = torch.randn_like(actions)
+        timesteps = torch.randint(
+            0, self.train_timesteps, (actions.shape[0],), device=actions.device
+        )
+        noisy = scheduler.add_noise(actions, noise, timesteps)
+        predicted = self(noisy, timesteps, state, context, language, embodiment, ~mask)
+        return ActionHead.masked_mean((predicted - actions).pow(2), mask)
+
+    @torch.no_grad()
+    def sample(
+        self,
+        context: torch.Tensor,
+        language: torch.Tensor | None,
+        state: torch.Tensor,
+        embodiment: str,
+        generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`sample_steps` of DPM-Solver++ from noise (given, or drawn from `generator`)."""
+        from diffusers import DPMSolverMultistepScheduler
+
+        _, horizon = self._spec(embodiment)
+        shape = (context.shape[0], horizon, self.action_dim(embodiment))
+        if noise is None:
+            noise_device = generator.device if generator is not None else context.device
+            noise = torch.randn(shape, generator=generator, device=noise_device)
+        elif tuple(noise.shape) != shape:
+            raise ValueError(f"noise must be {shape}, got {tuple(noise.shape)}")
+        x = noise.to(device=context.device, dtype=context.dtype)
+        scheduler = DPMSolverMultistepScheduler(
+            **_schedule(self.train_timesteps), algorithm_type="dpmsolver++"
+        )
+        scheduler.set_timesteps(self.sample_steps, device=context.device)
+        for t in scheduler.timesteps:
+            timesteps = t.expand(shape[0])
+            predicted = self(x, timesteps, state, context, language, embodiment)
+            x = scheduler.step(predicted, t, x).prev_sample
+        return x
+
+
+class RDTPolicy(HPTPolicy):
+    """HPT's stems and trunk with RDT diffusion heads (see the module docstring).
+
+    Takes HPTPolicy's arguments but `head`, `head_layers` and `regression_loss` (the RDT
+    head replaces them: `rdt_layers` is its depth), plus the RDT ones. `sample_steps` is the
+    number of DPM-Solver++ steps; `train_timesteps` that of the DDPM schedule.
+    """
+
+    def __init__(
+        self,
+        *,
+        embodiments: Mapping[str, EmbodimentSpec | Mapping[str, Any]],
+        d_model: int = 128,
+        trunk_layers: int = 2,
+        num_heads: int = 4,
+        mlp_ratio: float = 4.0,
+        drop_path: float = 0.0,
+        image_tokens: int = 8,
+        state_tokens: int = 2,
+        text_tokens: int = 4,
+        readout_tokens: int = 4,
+        image_backbone: str = "resnet",
+        resnet_blocks: Sequence[int] = (2, 2, 2, 2),
+        vit_layers: int = 4,
+        vit_patch_size: int = 8,
+        freeze_backbone: bool = False,
+        use_prompt: bool = False,
+        text_layers: int = 2,
+        max_prompt_bytes: int = 128,
+        shared_stems: Mapping[str, str] | None = None,
+        shared_head: bool = False,
+        sample_steps: int = 5,
+        residual_actions: bool = False,
+        rdt_width: int = 128,
+        rdt_layers: int = 4,
+        rdt_heads: int = 4,
+        rdt_mlp_ratio: float = 1.0,
+        train_timesteps: int = 1000,
+        pretrained: Mapping[str, Mapping[str, str]] | None = None,
+        compile: bool = False,
+    ) -> None:
+        # Every argument but the embodiments, for save_pretrained (taken before any local).
+        hyperparameters = {
+            k: v for k, v in locals().items() if k not in ("self", "embodiments", "__class__")
+        }
+        rdt = {
+            "rdt_width": rdt_width,
+            "rdt_layers": rdt_layers,
+            "rdt_heads": rdt_heads,
+            "rdt_mlp_ratio": rdt_mlp_ratio,
+            "train_timesteps": train_timesteps,
+        }
+        _check_rdt(sample_steps=sample_steps, **rdt)
+        # HPTPolicy.__init__ builds the heads through self._heads, so the RDT options must be
+        # in place before it runs (a plain attribute; nn.Module.__init__ leaves it alone).
+        self._rdt_options = rdt
+        super().__init__(
+            embodiments=embodiments,
+            d_model=d_model,
+            trunk_layers=trunk_layers,
+            num_heads=num_heads,
+            mlp_ratio=mlp_ratio,
+            drop_path=drop_path,
+            image_tokens=image_tokens,
+            state_tokens=state_tokens,
+            text_tokens=text_tokens,
+            readout_tokens=readout_tokens,
+            image_backbone=image_backbone,
+            resnet_blocks=resnet_blocks,
+            vit_layers=vit_layers,
+            vit_patch_size=vit_patch_size,
+            freeze_backbone=freeze_backbone,
+            use_prompt=use_prompt,
+            text_layers=text_layers,
+            max_prompt_bytes=max_prompt_bytes,
+            shared_stems=shared_stems,
+            shared_head=shared_head,
+            sample_steps=sample_steps,
+            residual_actions=residual_actions,
+            pretrained=pretrained,
+            compile=compile,
+        )
+        self.hyperparameters = hyperparameters
+
+    def _heads(  # type: ignore[override]
+        self,
+        kind: str,
+        shared: bool,
+        d_model: int,
+        num_heads: int,
+        layers: int,
+        sample_steps: int,
+        regression_loss: str,
+    ) -> dict[str, RDTHead]:
+        """RDT heads in place of HPT's (`kind`, `layers`, `regression_loss` do not apply)."""
+        served = {SHARED_HEAD: list(self.specs)} if shared else {n: [n] for n in self.specs}
+        return {
+            head: RDTHead(
+                groups={e: self.specs[e].groups for e in names},
+                horizons={e: self.specs[e].horizon for e in names},
+                state_dims={e: self.specs[e].state_dim for e in names},
+                context_dim=d_model,
+                language=self.use_prompt,
+                sample_steps=sample_steps,
+                **self._rdt_options,
+            )
+            for head, names in served.items()
+        }
+
+    def head_for(self, embodiment: str) -> RDTHead:  # type: ignore[override]
+        return self.heads[self.head_of[embodiment]]  # type: ignore[return-value]
+
+    def conditions(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The trunk's tokens, and the prompt stem's tokens when `use_prompt` (else None)."""
+        trunk, stem_tokens = self.encode_with_stems(batch)
+        return trunk, stem_tokens.get(PROMPT)
+
+    def compute_loss(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """The loss for a normalised batch, with its parts for logging."""
+        embodiment = batch["embodiment"]
+        context, language = self.conditions(batch)
+        head = self.head_for(embodiment)
+        target = batch["actions"] - self._anchor(batch)
+        state = batch["state"][:, -1]
+        loss = head.loss(context, language, state, target, batch["action_mask"], embodiment)
+        return {"loss": loss, f"{head.kind}_loss": loss.detach()}
+
+    @torch.no_grad()
+    def sample_actions(
+        self,
+        batch: Mapping[str, Any],
+        generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Normalised action chunks (B, T, A) sampled for a batch, from `noise` if given."""
+        embodiment = batch["embodiment"]
+        context, language = self.conditions(batch)
+        head = self.head_for(embodiment)
+        state = batch["state"][:, -1]
+        chunk = head.sample(context, language, state, embodiment, generator, noise)
+        return chunk + self._anchor(batch)
