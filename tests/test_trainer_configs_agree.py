@@ -66,27 +66,48 @@ def setup(request, tmp_path_factory: pytest.TempPathFactory, compose_train, prep
     return cfg, datamodule, module
 
 
-def _validate(cfg, datamodule, module, trainer_name: str, root: Path) -> float:
+def _trainer(cfg, trainer_name: str, root: Path, **settings):
+    """The named trainer config on the CPU, forked ranks, no logger or checkpoints."""
     with initialize_config_module("polymimic_train.configs", version_base="1.3"):
         full = compose(
             "train", overrides=[f"trainer={trainer_name}", f"paths.run_dir={cfg.paths.run_dir}"]
         )
     trainer_cfg = OmegaConf.to_container(full.trainer, resolve=True)
     assert isinstance(trainer_cfg, dict)
-    trainer_cfg["accelerator"] = "cpu"
-    trainer_cfg["default_root_dir"] = str(root)
+    trainer_cfg |= {"accelerator": "cpu", "default_root_dir": str(root)} | settings
     if isinstance(trainer_cfg["strategy"], dict):
         trainer_cfg["strategy"]["start_method"] = "fork"  # rank 1 forks from pytest
-    trainer = instantiate(
+    return instantiate(
         trainer_cfg,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+    )
+
+
+def _validate(cfg, datamodule, module, trainer_name: str, root: Path) -> float:
+    trainer = _trainer(
+        cfg,
+        trainer_name,
+        root,
         callbacks=[TrajectoryVideoCallback(max_frames=7, batch_size=2)],
     )
     trainer.validate(copy.deepcopy(module), datamodule=datamodule, verbose=False)
     return float(trainer.callback_metrics["val_action_error"])
+
+
+@pytest.mark.filterwarnings("ignore:Using `DistributedSampler`")
+def test_every_policy_trains_under_plain_ddp(setup, tmp_path: Path) -> None:
+    """No trainable parameter is left without a gradient (Pi freezes what it never reads):
+    plain DDP, which does not look for unused parameters, takes steps without an error."""
+    cfg, datamodule, module = setup
+    trained = copy.deepcopy(module)
+    before = {k: v.clone() for k, v in trained.policy.state_dict().items()}
+    trainer = _trainer(cfg, "ddp", tmp_path, max_steps=3, limit_val_batches=0, callbacks=[])
+    trainer.fit(trained, datamodule=datamodule)
+    changed = [k for k, v in trained.policy.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed  # rank 0's trained weights, brought back from the forked processes
 
 
 # Lightning warns that DistributedSampler may pad; the sizes here are even, so it does not.

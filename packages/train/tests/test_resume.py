@@ -111,3 +111,39 @@ def test_everything_stayed_in_one_run_directory_with_its_history(runs) -> None:
     assert names == ["last.ckpt", "step000018.ckpt", "step000024.ckpt", "step000030.ckpt"]
     assert (checkpoints / "last.ckpt").readlink() == Path("step000030.ckpt")  # relative
     assert "step000006.ckpt" in runs["killed_at"][0]
+
+
+PI_TINY = [
+    "model=pi_tiny",
+    "data=synthetic_eva_rot6d",
+    "trainer.val_check_interval=2",
+    "trainer.enable_progress_bar=false",
+    "data.num_workers=0",
+    "data.batch_size=4",
+    "data.norm.num_samples=20",
+    "data.synthetic.episodes=3",
+    "data.synthetic.frames=20",
+    "callbacks.trajectory_video.max_frames=2",
+]
+
+
+def test_a_resumed_pi_run_does_not_read_paligemma_weights(
+    tmp_path: Path, train_environment
+) -> None:
+    """The checkpoint has PaliGemma's weights; a resume reads only its config and tokenizer."""
+    import sys
+
+    def train(*overrides: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "polymimic_train", *PI_TINY, *overrides]
+        return subprocess.run(
+            command, env=train_environment(tmp_path), capture_output=True, text=True, timeout=600
+        )
+
+    run_dir = tmp_path / "run"
+    first = train("trainer.max_steps=2", f"hydra.run.dir={run_dir}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    weights = tmp_path / "cache" / "paligemma-tiny" / "model.safetensors"
+    weights.write_bytes(b"not safetensors")  # reading it now would fail
+    resumed = train("trainer.max_steps=4", f"hydra.run.dir={run_dir}", f"resume={run_dir}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 4

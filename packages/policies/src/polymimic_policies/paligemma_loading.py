@@ -62,16 +62,18 @@ def build_paligemma(config: Any) -> Any:
 def load_paligemma(path: str | Path, *, load_base_weights: bool = True) -> Any:
     """PaliGemma from a local directory: its weights, or (a resume) its config alone.
 
-    With `load_base_weights=False` the weights file is never opened.
+    With `load_base_weights=False` the weights file is never opened. Either way the model
+    is in training mode, as a freshly built module is (from_pretrained leaves it in eval
+    mode, which would make a resumed run differ from a fresh one wherever dropout is set).
     """
     from transformers import PaliGemmaForConditionalGeneration
 
     directory = check_paligemma_path(path, weights=load_base_weights)
     if not load_base_weights:
-        return build_paligemma(paligemma_config(directory))
+        return build_paligemma(paligemma_config(directory)).train()
     return PaliGemmaForConditionalGeneration.from_pretrained(
         directory, local_files_only=True, dtype=torch.float32, attn_implementation="sdpa"
-    )
+    ).train()
 
 
 def load_tokenizer(path: str | Path) -> Any:
