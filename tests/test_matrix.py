@@ -72,16 +72,19 @@ def parameters(model: str) -> int:
     return sum(p.numel() for p in policy.parameters())
 
 
-def _rotation_overrides(model: str, data: str) -> list[str]:
-    """Pi predicts rot6d only: its data configs' eva datasets take eva's rot6d layout."""
+def _pi_overrides(model: str, data: str) -> list[str]:
+    """Pi predicts rot6d only: eva datasets take eva's rot6d layout. pi0.5 writes the state
+    into the prompt, and a person's 144 hand channels need about 600 byte-level tokens."""
     if not _compose(f"model={model}", "name=count").model._target_.endswith("PiPolicy"):
         return []
     datasets = _compose(f"data={data}", "name=count").data.datasets
-    return [
+    embodiments = {spec.embodiment for spec in datasets.values()}
+    rot6d = [
         f"data.datasets.{name}.layout=eva_cartesian_rot6d"
         for name, spec in datasets.items()
         if spec.embodiment == "eva_bimanual"
     ]
+    return rot6d + (["model.max_token_len=640"] if embodiments - {"eva_bimanual"} else [])
 
 
 def _pairs() -> list:
@@ -127,7 +130,7 @@ def test_every_model_trains_on_every_data_config(
         f"data={data}",
         *TINY,
         *_data_overrides(tmp_path, data),
-        *_rotation_overrides(model, data),
+        *_pi_overrides(model, data),
     ]
     cfg = compose_train(tmp_path, *overrides)
     summary = polymimic_train.app.run(cfg)
