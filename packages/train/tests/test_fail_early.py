@@ -134,3 +134,31 @@ def test_pi_on_a_quaternion_layout_is_refused_naming_the_rot6d_one(
     )
     assert not (tmp_path / "data").exists() and not (tmp_path / "cache").exists()
     print(f"refused in {seconds:.1f} s")  # bench-train times it; the goal is under 10 s
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        (None, "paths.paligemma: this model needs a local PaliGemma in the transformers format"),
+        ("/no/paligemma", "paths.paligemma: /no/paligemma is not a PaliGemma directory"),
+    ],
+)
+def test_pi_without_a_local_paligemma_says_where_to_point_it(
+    tmp_path: Path, train_environment, where: str | None, expected: str
+) -> None:
+    import subprocess
+    import sys
+
+    env = train_environment(tmp_path)
+    env.pop("POLYMIMIC_PALIGEMMA_DIR", None)
+    if where is not None:
+        env["POLYMIMIC_PALIGEMMA_DIR"] = where
+    result = subprocess.run(
+        [sys.executable, "-m", "polymimic_train", "model=pi05", "data=synthetic_eva_rot6d"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    _fails_cleanly(result, expected, tmp_path)
+    assert not (tmp_path / "data").exists()

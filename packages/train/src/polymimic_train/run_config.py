@@ -140,11 +140,34 @@ def _check_model_layouts(cfg: DictConfig) -> None:
         )
 
 
+def _check_local_weights(cfg: DictConfig) -> None:
+    """A model reading a local PaliGemma (`paths.paligemma`) has one there."""
+    model = OmegaConf.to_container(cfg.model, resolve=False)
+    assert isinstance(model, dict)
+    if model.get("paligemma_path") != "${paths.paligemma}":
+        return  # no PaliGemma, or one the config makes itself (pi_tiny)
+    where = cfg.paths.paligemma
+    example = "/models/paligemma-3b-pt-224"
+    if where is None:
+        raise ConfigError(
+            "paths.paligemma: this model needs a local PaliGemma in the transformers format "
+            f"(config.json, weights, tokenizer); set POLYMIMIC_PALIGEMMA_DIR={example} or "
+            f"paths.paligemma={example}"
+        )
+    if not (Path(where) / "config.json").is_file():
+        raise ConfigError(
+            f"paths.paligemma: {where} is not a PaliGemma directory (no config.json there); "
+            "point it at a transformers-format PaliGemma, e.g. google/paligemma-3b-pt-224 "
+            "downloaded once"
+        )
+
+
 def check_config(cfg: DictConfig) -> None:
     """Every check that needs no data and no model: numbers, names, choices."""
     _check_numbers(cfg)
     _check_datasets(cfg.data)
     _check_model_layouts(cfg)
+    _check_local_weights(cfg)
 
 
 def embodiment_specs(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
