@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -203,3 +205,32 @@ def test_residual_actions_are_relative_to_the_latest_state() -> None:
             residual_actions=True,
             **TINY,
         )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"state": torch.zeros(3, 4, 16)},  # a K=4 history for a history of 2
+            "batch['state']: eva_bimanual expects (B, 2, 16), got (3, 4, 16)",
+        ),
+        ({"state": torch.zeros(3, 2, 12)}, "batch['state']: eva_bimanual expects (B, 2, 16)"),
+        ({"actions": torch.zeros(3, 4, 12)}, "batch['actions']: eva_bimanual expects (3, 4, 16)"),
+        ({"action_mask": torch.ones(3, 5, dtype=torch.bool)}, "batch['action_mask']: eva_bimanual"),
+        ({"images.front_1": torch.zeros(2, 3, 32, 40)}, "batch['images.front_1']: eva_bimanual "),
+    ],
+)
+def test_a_batch_that_does_not_fit_the_embodiment_is_named(change: dict, message: str) -> None:
+    model = policy()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        model.compute_loss(batch("eva_bimanual") | change)
+
+
+def test_a_one_step_history_refuses_a_longer_one_and_a_missing_camera_is_named() -> None:
+    model = policy()
+    aria = batch("aria_bimanual")
+    with pytest.raises(ValueError, match=re.escape("expects (B, 1, 12), got (3, 4, 12)")):
+        model.sample_actions(aria | {"state": torch.zeros(3, 4, 12)})
+    missing = {k: v for k, v in batch("eva_bimanual").items() if k != "images.front_1"}
+    with pytest.raises(ValueError, match=re.escape("batch['images.front_1']: missing")):
+        model.sample_actions(missing)

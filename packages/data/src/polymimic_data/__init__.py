@@ -6,6 +6,14 @@ The names below load on first use, so importing one light module (e.g.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+try:
+    __version__ = _version("polymimic-data")
+except PackageNotFoundError:  # a source tree that is not installed
+    __version__ = "0+unknown"
+
 import importlib
 from typing import TYPE_CHECKING, Any
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from polymimic_data import __version__
 from polymimic_data.corrections import CORRECTIONS, apply_correction
 from polymimic_data.episode_checks import deep_problems
 from polymimic_data.episode_index import (
@@ -136,6 +137,7 @@ def _parse_filters(items: Sequence[str], embodiment: str | None) -> dict[str, An
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="polymimic-data", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"polymimic-data {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_inspect = sub.add_parser("inspect", help="a table of the episodes under ROOT, and totals")
     p_inspect.add_argument("roots", nargs="+", metavar="ROOT")

@@ -1,5 +1,14 @@
 """polymimic-eval: metrics on unnormalised actions, overlays, plots and video writing."""
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+try:
+    __version__ = _version("polymimic-eval")
+except PackageNotFoundError:  # a source tree that is not installed
+    __version__ = "0+unknown"
+
+
 from polymimic_eval.grad_norm_stats import GradNormStats
 from polymimic_eval.group_metrics import group_metrics, step_errors
 from polymimic_eval.horizon_plot import plot_step_errors

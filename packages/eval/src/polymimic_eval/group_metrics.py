@@ -17,6 +17,7 @@ import torch
 
 from polymimic_data.layouts import ChannelGroup, Layout
 from polymimic_data.rotations import geodesic_angle, to_matrix
+from polymimic_eval.array_types import numpy_or_torch
 
 ROTATION_KINDS = {"quaternion": "quaternion", "euler": "euler", "rot6d": "rot6d"}
 
@@ -49,6 +50,7 @@ def _distances(group: ChannelGroup, pred: torch.Tensor, target: torch.Tensor) ->
     return points.norm(dim=-1).mean(-1)
 
 
+@numpy_or_torch
 def group_metrics(
     pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, layout: Layout
 ) -> dict[str, torch.Tensor]:
@@ -56,6 +58,7 @@ def group_metrics(
 
     Metrics: `error` (metres for positions and keypoints, absolute for grippers) or
     `angle_deg` (rotations), each also as `final_...`; and `mse`, `final_mse` for all.
+    Torch tensors or numpy arrays (then every value is a numpy scalar).
     """
     if pred.shape != target.shape or pred.shape[-1] != layout.dim:
         raise ValueError(
@@ -77,6 +80,7 @@ def group_metrics(
     return out
 
 
+@numpy_or_torch
 def step_errors(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(T,) mean absolute error of each chunk step over the samples valid at it (NaN: none).
 

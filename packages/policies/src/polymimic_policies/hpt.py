@@ -55,6 +55,38 @@ class EmbodimentSpec:
                 f"action_groups: widths sum to {widths}, action_dim is {self.action_dim}"
             )
 
+    def check_batch(
+        self, batch: Mapping[str, Any], embodiment: str, *, actions: bool, cameras: Any = None
+    ) -> None:
+        """ValueError naming the key, the shape this embodiment declares and the one given.
+
+        State (B, history, state_dim), each camera's images (B, 3, H, W), and with `actions`
+        the chunk (B, horizon, action_dim) and its mask (B, horizon), all of one batch size.
+        `cameras` defaults to the declared cameras.
+        """
+        expected: dict[str, tuple[Any, ...]] = {"state": ("B", self.history, self.state_dim)}
+        for camera in self.cameras if cameras is None else cameras:
+            expected[f"images.{camera}"] = ("B", 3, "H", "W")
+        if actions:
+            expected["actions"] = ("B", self.horizon, self.action_dim)
+            expected["action_mask"] = ("B", self.horizon)
+        size = None
+        for key, want in expected.items():
+            if key not in batch:
+                raise ValueError(
+                    f"batch[{key!r}]: missing; {embodiment} expects {_shape_text(want)} "
+                    f"(the batch has {sorted(k for k in batch if not k.startswith('_'))})"
+                )
+            got = tuple(batch[key].shape)
+            fits = len(got) == len(want) and all(
+                isinstance(w, str) or g == w for g, w in zip(got, want, strict=False)
+            )
+            if not fits or (size is not None and got[0] != size):
+                raise ValueError(
+                    f"batch[{key!r}]: {embodiment} expects {_shape_text(want, size)}, got {got}"
+                )
+            size = got[0]
+
     @property
     def groups(self) -> list[tuple[str, int]]:
         return [(str(n), int(w)) for n, w in self.action_groups] or [("actions", self.action_dim)]
@@ -72,6 +104,10 @@ class EmbodimentSpec:
             else:
                 kwargs[key] = int(item)
         return cls(**kwargs)
+
+
+def _shape_text(shape: tuple[Any, ...], size: int | None = None) -> str:
+    return "(" + ", ".join(str(size if d == "B" and size is not None else d) for d in shape) + ")"
 
 
 def _check_sizes(
@@ -319,7 +355,7 @@ class HPTPolicy(nn.Module):
         For heads that also read a stem directly (RDT cross-attends to the prompt's tokens).
         """
         embodiment = batch["embodiment"]
-        self._spec(embodiment)
+        self._spec(embodiment).check_batch(batch, embodiment, actions=False)
         stem_tokens, tokens = {}, []
         for modality in self.modalities(embodiment):
             slot = _slot(embodiment, modality)
@@ -341,6 +377,7 @@ class HPTPolicy(nn.Module):
     def compute_loss(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """The loss for a normalised batch, with its parts for logging."""
         embodiment = batch["embodiment"]
+        self._spec(embodiment).check_batch(batch, embodiment, actions=True)
         context = self.encode(batch)
         head = self.head_for(embodiment)
         target = batch["actions"] - self._anchor(batch)

@@ -488,13 +488,9 @@ class PiPolicy(nn.Module):
     def compute_loss(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Flow-matching loss of a normalised batch (mean over valid steps)."""
         spec = self._spec(batch["embodiment"])
+        spec.check_batch(batch, batch["embodiment"], actions=True)
         actions = batch["actions"].to(self._device).float()
         mask = batch["action_mask"].to(actions.device).bool()
-        if actions.shape[-1] != spec.action_dim:
-            raise ValueError(
-                f"actions: {batch['embodiment']!r} has action_dim {spec.action_dim}, "
-                f"got {tuple(actions.shape)}"
-            )
         beta = torch.distributions.Beta(
             torch.tensor(1.5, device=actions.device), torch.tensor(1.0, device=actions.device)
         )
@@ -528,6 +524,7 @@ class PiPolicy(nn.Module):
         noise: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Normalised action chunks (B, T, A): the prefix once, then `sample_steps` Euler steps."""
+        self._spec(batch["embodiment"]).check_batch(batch, batch["embodiment"], actions=False)
         x = self._noise(batch, generator, noise)
         dt = 1.0 / self.sample_steps
         with self._autocast():

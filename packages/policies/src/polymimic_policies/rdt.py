@@ -453,6 +453,7 @@ class RDTPolicy(HPTPolicy):
     def compute_loss(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """The loss for a normalised batch, with its parts for logging."""
         embodiment = batch["embodiment"]
+        self._spec(embodiment).check_batch(batch, embodiment, actions=True)
         context, language = self.conditions(batch)
         head = self.head_for(embodiment)
         target = batch["actions"] - self._anchor(batch)

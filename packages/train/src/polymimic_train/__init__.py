@@ -7,6 +7,14 @@ neither Lightning nor Hydra.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+try:
+    __version__ = _version("polymimic-train")
+except PackageNotFoundError:  # a source tree that is not installed
+    __version__ = "0+unknown"
+
 from typing import TYPE_CHECKING, Any
 
 __all__ = ["TrainedPolicy", "export_policy", "load_policy"]

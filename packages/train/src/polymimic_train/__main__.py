@@ -1,5 +1,5 @@
 """`python -m polymimic_train` is the `train` command."""
 
-from polymimic_train.app import main
+from polymimic_train.app import cli
 
-main()
+cli()

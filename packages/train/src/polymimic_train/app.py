@@ -207,3 +207,13 @@ def main(cfg: DictConfig) -> None:
     except (ConfigError, run_dirs.RunDirError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+def cli() -> None:
+    """The `train` command: `--version`, or Hydra's command line."""
+    if sys.argv[1:] == ["--version"]:
+        from polymimic_train import __version__
+
+        print(f"polymimic-train {__version__}")
+        return
+    main()
