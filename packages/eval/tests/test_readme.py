@@ -1,0 +1,21 @@
+"""The README's examples run as written: another project's first contact with the package."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
+def test_the_readme_keeps_its_example() -> None:
+    assert len(BLOCKS) == 1  # metrics, the horizon plot, an overlay and its video
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_a_readme_example_runs(index: int, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # examples may write files
+    exec(compile(BLOCKS[index], f"{README}:block{index}", "exec"), {})
