@@ -7,13 +7,22 @@ fails here.
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
 import nox
+from nox.command import CommandFailed
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 
 PACKAGES = ("data", "policies", "strategies", "eval", "train")
 PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider")
+ROOT = Path(__file__).resolve().parent
 nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "matrix", "lint", "typecheck"]
 
 
@@ -100,3 +109,134 @@ def bench_strategies(session: nox.Session) -> None:
     """fp32 against bf16 gradient all-reduce, on loopback and on a link shaped to 1 Gbit/s."""
     sync(session, "--package", "polymimic-strategies")
     session.run("python", "benchmarks/allreduce.py", *session.posargs)
+
+
+def _project(package: str) -> dict:
+    return tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
+
+
+def _workspace_closure(package: str) -> dict[str, set[str]]:
+    """`package` (with all its extras) and every polymimic package it needs, with the extras
+    asked of each: {"train": {...}, "policies": {"pi", "rdt"}, ...}."""
+    needed: dict[str, set[str]] = {package: set(_project(package).get("optional-dependencies", {}))}
+    todo = [package]
+    while todo:
+        project = _project(todo.pop())
+        requirements = list(project.get("dependencies", []))
+        for extra in needed.get(project["name"].removeprefix("polymimic-"), ()):
+            requirements += project.get("optional-dependencies", {}).get(extra, [])
+        for requirement in requirements:
+            match = re.match(r"polymimic-(\w+)\s*(?:\[([^\]]*)\])?", requirement)
+            if not match:
+                continue
+            name, extras = match[1], {e.strip() for e in (match[2] or "").split(",") if e.strip()}
+            if name not in needed or not extras <= needed[name]:
+                needed[name] = needed.get(name, set()) | extras
+                todo.append(name)
+    return needed
+
+
+def _with_extras(target: str, extras: set[str]) -> str:
+    return f"{target}[{','.join(sorted(extras))}]" if extras else target
+
+
+def readme_blocks(package: str) -> list[str]:
+    """The ```python blocks of packages/<package>/README.md (as policies/tests/test_readme.py)."""
+    readme = (ROOT / "packages" / package / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+
+
+@nox.session(venv_backend="none")
+def build(session: nox.Session) -> None:
+    """Every package's wheel and sdist; then each wheel alone in a clean venv, our own
+    dependencies found only among the built wheels (--find-links): it imports and its
+    README's examples run."""
+    tmp = Path(session.create_tmp()).resolve()
+    dist = tmp / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("uv", "build", "--all-packages", "--no-progress", "-o", str(dist), external=True)
+    failed: list[str] = []
+    for package in PACKAGES:
+        module = f"polymimic_{package}"
+        (wheel,) = dist.glob(f"{module}-*.whl")
+        (sdist,) = dist.glob(f"{module}-*.tar.gz")
+        session.log(f"{package}: {wheel.name}, {sdist.name}")
+        venv = tmp / f"venv-{package}"
+        shutil.rmtree(venv, ignore_errors=True)
+        session.run(
+            "uv", "venv", "--no-progress", "-q", str(venv), "--python", "3.11", external=True
+        )
+        python = str(venv / "bin" / "python")
+        extras = set(_project(package).get("optional-dependencies", {}))
+        session.run(
+            "uv", "pip", "install", "--no-progress", "--python", python,
+            "--find-links", str(dist), _with_extras(str(wheel), extras),
+            external=True,
+        )  # fmt: skip
+        listed = session.run(
+            "uv", "pip", "list", "--python", python, "--format", "json",
+            external=True, silent=True, log=False, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        ours = {d["name"]: d for d in json.loads(str(listed)) if d["name"].startswith("polymimic")}
+        for name, dist_info in ours.items():
+            # polymimic-* are not on PyPI: each came from dist/, as a wheel, not editable
+            if dist_info.get("editable_project_location") or not any(
+                dist.glob(f"{name.replace('-', '_')}-{dist_info['version']}-*.whl")
+            ):
+                session.error(f"{package}: {name} {dist_info} did not come from {dist}")
+        session.log(f"{package}: installed {sorted(ours)} from {dist.name}/")
+        work = tmp / f"run-{package}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        with session.chdir(work):
+            session.run(
+                python, "-c", f"import {module}; print({module}.__version__)", external=True
+            )
+            for index, block in enumerate(readme_blocks(package)):
+                script = work / f"readme_block{index}.py"
+                script.write_text(block)
+                block_dir = work / f"block{index}"
+                block_dir.mkdir()
+                with session.chdir(block_dir):
+                    session.log(f"{package}: README block {index}")
+                    try:
+                        session.run(python, str(script), external=True)
+                    except CommandFailed:
+                        failed.append(f"packages/{package}/README.md block {index}")
+    if failed:  # every package is tried first, so one run names all the broken examples
+        session.error("README examples failed: " + ", ".join(failed))
+
+
+@nox.session(name="tests-lowest")
+@nox.parametrize("package", PACKAGES)
+def tests_lowest(session: nox.Session, package: str) -> None:
+    """One package's tests with its direct dependencies at their declared lower bounds.
+
+    `uv pip compile --resolution lowest-direct` of the package (all extras) and its test
+    group, our own packages it needs editable from their paths (not from uv.lock, which
+    holds the highest versions); `uv pip sync` makes the venv exactly that.
+    """
+    tmp = Path(session.create_tmp()).resolve()
+    requirements = tmp / "requirements.in"
+    requirements.write_text(
+        "".join(
+            f"-e {_with_extras(str(ROOT / 'packages' / name), extras)}\n"
+            for name, extras in _workspace_closure(package).items()
+        )
+    )
+    python = str(Path(session.virtualenv.location) / "bin" / "python")
+    lowest = tmp / "requirements-lowest.txt"
+    session.run_install(
+        "uv", "pip", "compile", "--no-progress", "-q", "--resolution", "lowest-direct",
+        "--python", python, str(requirements),
+        "--group", f"{ROOT / 'packages' / package / 'pyproject.toml'}:test",
+        "--no-header", "--no-annotate", "-o", str(lowest),
+        external=True,
+    )  # fmt: skip
+    session.run_install(
+        "uv", "pip", "sync", "--no-progress", "--python", python, str(lowest), external=True
+    )
+    session.log("resolved: " + " ".join(
+        line for line in lowest.read_text().split() if "==" in line and "nvidia" not in line
+    ))  # fmt: skip
+    session.run(*PYTEST, f"packages/{package}/tests", *session.posargs)
