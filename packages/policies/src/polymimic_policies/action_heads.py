@@ -36,7 +36,40 @@ def sinusoidal_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([angles.sin(), angles.cos()], -1)
 
 
-class ActionHead(nn.Module):
+class GroupedActions:
+    """Actions in and out through one projection per named channel group.
+
+    For heads holding `groups`, `horizons` (per embodiment), `action_in` and `action_out`
+    (keyed `<name>__<width>`).
+    """
+
+    groups: dict[str, list[tuple[str, int]]]
+    horizons: dict[str, int]
+    action_in: nn.ModuleDict
+    action_out: nn.ModuleDict
+
+    def _spec(self, embodiment: str) -> tuple[list[tuple[str, int]], int]:
+        if embodiment not in self.groups:
+            raise KeyError(f"this head serves {sorted(self.groups)}, not {embodiment!r}")
+        return self.groups[embodiment], self.horizons[embodiment]
+
+    def action_dim(self, embodiment: str) -> int:
+        return sum(w for _, w in self._spec(embodiment)[0])
+
+    def embed_actions(self, actions: torch.Tensor, embodiment: str) -> torch.Tensor:
+        """(B, T, A) actions -> (B, T, width), each channel group through its own projection."""
+        out, start = 0, 0
+        for name, width in self._spec(embodiment)[0]:
+            out = out + self.action_in[_key(name, width)](actions[..., start : start + width])
+            start += width
+        return out  # type: ignore[return-value]
+
+    def read_actions(self, hidden: torch.Tensor, embodiment: str) -> torch.Tensor:
+        groups = self._spec(embodiment)[0]
+        return torch.cat([self.action_out[_key(n, w)](hidden) for n, w in groups], dim=-1)
+
+
+class ActionHead(GroupedActions, nn.Module):
     """The shared machinery; `groups` and `horizons` are per embodiment this head serves."""
 
     kind = ""
@@ -66,26 +99,6 @@ class ActionHead(nn.Module):
         )
         self.decoder = nn.TransformerDecoder(layer, num_layers)
         self.norm = nn.LayerNorm(d_model)
-
-    def _spec(self, embodiment: str) -> tuple[list[tuple[str, int]], int]:
-        if embodiment not in self.groups:
-            raise KeyError(f"this head serves {sorted(self.groups)}, not {embodiment!r}")
-        return self.groups[embodiment], self.horizons[embodiment]
-
-    def action_dim(self, embodiment: str) -> int:
-        return sum(w for _, w in self._spec(embodiment)[0])
-
-    def embed_actions(self, actions: torch.Tensor, embodiment: str) -> torch.Tensor:
-        """(B, T, A) actions -> (B, T, D), each channel group through its own projection."""
-        out, start = 0, 0
-        for name, width in self._spec(embodiment)[0]:
-            out = out + self.action_in[_key(name, width)](actions[..., start : start + width])
-            start += width
-        return out  # type: ignore[return-value]
-
-    def read_actions(self, hidden: torch.Tensor, embodiment: str) -> torch.Tensor:
-        groups = self._spec(embodiment)[0]
-        return torch.cat([self.action_out[_key(n, w)](hidden) for n, w in groups], dim=-1)
 
     def decode(
         self, tokens: torch.Tensor, context: torch.Tensor, padded: torch.Tensor | None = None

@@ -38,7 +38,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from polymimic_policies.action_heads import ActionHead, Groups, _key, sinusoidal_embedding
+from polymimic_policies.action_heads import (
+    ActionHead,
+    GroupedActions,
+    Groups,
+    _key,
+    sinusoidal_embedding,
+)
 from polymimic_policies.hpt import PROMPT, SHARED_HEAD, EmbodimentSpec, HPTPolicy
 
 TIME_FREQUENCIES = 256  # sinusoidal features of the diffusion timestep, as in DiT and RDT
@@ -154,7 +160,7 @@ class RDTBlock(nn.Module):
         return x + self.mlp(self.norm3(x))
 
 
-class RDTHead(nn.Module):
+class RDTHead(GroupedActions, nn.Module):
     """The RDT denoiser for the embodiments it serves (see the module docstring).
 
     `groups`, `horizons` and `state_dims` are per embodiment; `context_dim` is the width of
@@ -213,26 +219,6 @@ class RDTHead(nn.Module):
                 if isinstance(module, nn.Linear):
                     nn.init.xavier_uniform_(module.weight)
                     nn.init.zeros_(module.bias)
-
-    def _spec(self, embodiment: str) -> tuple[list[tuple[str, int]], int]:
-        if embodiment not in self.groups:
-            raise KeyError(f"this head serves {sorted(self.groups)}, not {embodiment!r}")
-        return self.groups[embodiment], self.horizons[embodiment]
-
-    def action_dim(self, embodiment: str) -> int:
-        return sum(w for _, w in self._spec(embodiment)[0])
-
-    def embed_actions(self, actions: torch.Tensor, embodiment: str) -> torch.Tensor:
-        """(B, T, A) actions -> (B, T, W), each channel group through its own projection."""
-        out, start = 0, 0
-        for name, width in self._spec(embodiment)[0]:
-            out = out + self.action_in[_key(name, width)](actions[..., start : start + width])
-            start += width
-        return out  # type: ignore[return-value]
-
-    def read_actions(self, hidden: torch.Tensor, embodiment: str) -> torch.Tensor:
-        groups = self._spec(embodiment)[0]
-        return torch.cat([self.action_out[_key(n, w)](hidden) for n, w in groups], dim=-1)
 
     def conditions(
         self, context: torch.Tensor, language: torch.Tensor | None
