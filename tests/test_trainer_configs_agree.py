@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
@@ -21,6 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import polymimic_train.app
+from polymimic_data.dataloaders import ShuffledOrder
 from polymimic_eval import read_video_frames
 from polymimic_train.policy_module import PolicyModule
 from polymimic_train.trajectory_video import TrajectoryVideoCallback
@@ -97,14 +99,37 @@ def _validate(cfg, datamodule, module, trainer_name: str, root: Path) -> float:
     return float(trainer.callback_metrics["val_action_error"])
 
 
+class _RanksDrawTheirOwnSamples(pl.Callback):
+    """Fails a rank whose training samples another rank also drew (each rank must take
+    its share of the one shuffled order, not all of it)."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        for name, b in batch.items():
+            sampler = trainer.train_dataloader[name].sampler
+            assert isinstance(sampler, ShuffledOrder), type(sampler)
+            assert (sampler.rank, sampler.num_replicas) == (trainer.global_rank, 2)
+            mine = set(zip(b["episode"], b["frame"].tolist(), strict=True))
+            everyone: list[set | None] = [None, None]
+            torch.distributed.all_gather_object(everyone, mine)
+            assert everyone[0] and everyone[1] and not everyone[0] & everyone[1], "ranks overlap"
+
+
 @pytest.mark.filterwarnings("ignore:Using `DistributedSampler`")
 def test_every_policy_trains_under_plain_ddp(setup, tmp_path: Path) -> None:
     """No trainable parameter is left without a gradient (Pi freezes what it never reads):
-    plain DDP, which does not look for unused parameters, takes steps without an error."""
+    plain DDP, which does not look for unused parameters, takes steps without an error.
+    Each rank trains on its own share of the samples."""
     cfg, datamodule, module = setup
     trained = copy.deepcopy(module)
     before = {k: v.clone() for k, v in trained.policy.state_dict().items()}
-    trainer = _trainer(cfg, "ddp", tmp_path, max_steps=3, limit_val_batches=0, callbacks=[])
+    trainer = _trainer(
+        cfg,
+        "ddp",
+        tmp_path,
+        max_steps=3,
+        limit_val_batches=0,
+        callbacks=[_RanksDrawTheirOwnSamples()],
+    )
     trainer.fit(trained, datamodule=datamodule)
     changed = [k for k, v in trained.policy.state_dict().items() if not torch.equal(v, before[k])]
     assert changed  # rank 0's trained weights, brought back from the forked processes

@@ -7,7 +7,12 @@ and zeroing. Raising the mmap threshold in workers keeps those pages in the heap
 
 The loader is torchdata's StatefulDataLoader: its `state_dict()` says which samples were
 handed out (not merely prefetched), and Lightning saves it in every checkpoint, so a
-resumed run continues with the very next sample of the same shuffled order.
+resumed run continues with the very next sample of the same shuffled order. That order is
+ours (`ShuffledOrder`): each pass over the data is a permutation drawn from (seed, pass)
+alone, and the sampler's state is those two numbers and a count. torchdata's own
+RandomSampler restores a shared generator instead, and that has broken across its versions
+(0.10: the first batch after a mid-epoch resume; 0.11 without workers: every epoch after
+the one resumed in).
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ import ctypes
 import ctypes.util
 import sys
 import warnings
+from collections.abc import Iterator, Sized
 from typing import Any
 
+import numpy as np
 import torch
-from torch.utils.data import Dataset
+import torch.distributed as dist
+from torch.utils.data import Dataset, DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from polymimic_data.dataset import collate_samples
@@ -47,6 +55,61 @@ def tune_worker_allocator(worker_id: int = 0) -> bool:
     )
 
 
+class ShuffledOrder(DistributedSampler):
+    """Every index once per pass, in an order drawn from (seed, pass number) alone.
+
+    Under torch.distributed each rank takes its share (rank::world_size) of the same order,
+    the remainder of a pass dropped so every rank gets as many.
+
+    Its state (`state_dict`: pass, and how many of this rank's indices were drawn) is all a
+    restored sampler needs to go on where it stopped. StatefulDataLoader snapshots it at
+    every batch it hands out, so prefetched batches are not counted.
+
+    A DistributedSampler, so Lightning keeps it rather than putting its own in under DDP.
+    Passes advance by themselves, once per full iteration: `set_epoch` is a no-op, because
+    Lightning's epoch is the longest loader's, and a shorter loader cycled within it would
+    otherwise repeat one order.
+    """
+
+    def __init__(
+        self,
+        data_source: Sized,
+        seed: int,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        distributed = dist.is_available() and dist.is_initialized()
+        world_size = world_size or (dist.get_world_size() if distributed else 1)
+        rank = rank if rank is not None else (dist.get_rank() if distributed else 0)
+        super().__init__(  # type: ignore[arg-type]
+            data_source, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
+        )
+        self.passes = 0
+        self.drawn = 0
+
+    def __len__(self) -> int:
+        return len(self.dataset) // self.num_replicas  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[int]:
+        order = np.random.default_rng([self.seed, self.passes]).permutation(len(self.dataset))  # type: ignore[arg-type]
+        mine = order[: len(self) * self.num_replicas][self.rank :: self.num_replicas].tolist()
+        for index in mine[self.drawn :]:
+            self.drawn += 1
+            yield index
+        self.passes += 1
+        self.drawn = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Ignored: see the class docstring."""
+
+    def state_dict(self) -> dict[str, int]:
+        return {"passes": self.passes, "drawn": self.drawn}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        self.passes, self.drawn = int(state_dict["passes"]), int(state_dict["drawn"])
+
+
 def make_dataloader(
     dataset: Dataset[Any],
     *,
@@ -60,14 +123,15 @@ def make_dataloader(
 ) -> StatefulDataLoader:
     """A DataLoader of batches in the contract of DESIGN.md (see collate_samples).
 
-    Its own generator, seeded by `seed`, draws the shuffled order (and the workers' base
-    seed), so iterating never consumes the global random state.
+    Shuffled, the order is `ShuffledOrder(dataset, seed)`; the workers' base seed comes from
+    a generator of its own, seeded by `seed`, so iterating never consumes the global random
+    state.
     """
     generator = torch.Generator().manual_seed(seed)
     return StatefulDataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=shuffle,
+        sampler=ShuffledOrder(dataset, seed) if shuffle else None,
         drop_last=shuffle if drop_last is None else drop_last,
         num_workers=num_workers,
         collate_fn=collate_samples,
