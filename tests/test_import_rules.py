@@ -40,12 +40,18 @@ THIRD_PARTY = {
     "omegaconf",
     "platformdirs",
     "torchmetrics",
+    "pyarrow",
 }
 ALLOWED: dict[str, set[str]] = {
     # fsspec: the optional `s3` extra, imported only inside remote_episodes' functions.
     # numcodecs, google_crc32c: zarr's own codecs, used to read its chunks by byte range.
     # torchdata: its StatefulDataLoader, so that a resumed run continues the same order.
+    # pyarrow, av, PIL: the optional `lerobot` extra (LeRobot v3 parquet, videos, images),
+    # imported by lerobot_source, lerobot_import and synthetic_lerobot only.
     "data": {
+        "pyarrow",
+        "av",
+        "PIL",
         "numpy",
         "zarr",
         "numcodecs",

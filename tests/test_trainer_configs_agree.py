@@ -104,8 +104,10 @@ class _RanksDrawTheirOwnSamples(pl.Callback):
     its share of the one shuffled order, not all of it)."""
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        loaders = trainer.train_dataloader
+        assert loaders is not None
         for name, b in batch.items():
-            sampler = trainer.train_dataloader[name].sampler
+            sampler = loaders[name].sampler
             assert isinstance(sampler, ShuffledOrder), type(sampler)
             assert (sampler.rank, sampler.num_replicas) == (trainer.global_rank, 2)
             mine = set(zip(b["episode"], b["frame"].tolist(), strict=True))

@@ -128,6 +128,22 @@ def test_the_prompt_becomes_a_caption_at_the_bottom() -> None:
     assert (bottom < 128).any() and (bottom > 200).any()  # a dark band with white text
 
 
+def test_joints_or_an_uncalibrated_camera_leave_the_frame_as_it_was_but_the_caption() -> None:
+    """LeRobot's embodiments: joint and gripper groups have no place in the image, and their
+    cameras have no intrinsics; the video is the frames (and the prompt)."""
+    image = np.full((64, 80, 3), 128, np.uint8)
+    joints = layout_from_widths("j", [("joints", "joint", 6), ("gripper", "gripper", 1)])
+    chunk = np.ones((4, 7))
+    for intrinsics, layout in ((INTRINSICS, joints), (None, joints), (None, POSITION)):
+        width = layout.dim
+        out = render_overlay(
+            image, intrinsics, layout, true=chunk[:, :width], pred=chunk[:, :width]
+        )
+        np.testing.assert_array_equal(out, image)  # no legend either: nothing to tell apart
+    captioned = render_overlay(image, None, joints, true=chunk, prompt="fold the towel")
+    assert (captioned[:32] == image[:32]).all() and (captioned[-8:] != image[-8:]).any()
+
+
 def test_intrinsics_are_rescaled_to_the_image() -> None:
     chunk = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
     out = render_overlay(

@@ -4,6 +4,8 @@ polymimic-data inspect ROOT [ROOT ...]
 polymimic-data validate ROOT [ROOT ...] [--embodiment NAME] [--filter KEY=V1,V2 ...]
                                         [--episodes H1,H2] [--deep] [--workers N]
 polymimic-data correct NAME ROOT [ROOT ...] [--dry-run]
+polymimic-data import-lerobot SRC DEST [--episodes 0,3-7] [--cameras top,wrist]
+                                       [--jpeg-quality 90] [--embodiment NAME]
 """
 
 from __future__ import annotations
@@ -135,6 +137,31 @@ def _parse_filters(items: Sequence[str], embodiment: str | None) -> dict[str, An
     return filters
 
 
+def import_lerobot_command(args: argparse.Namespace) -> int:
+    from polymimic_data.declared_embodiments import DeclarationError
+    from polymimic_data.lerobot_import import import_lerobot, parse_episodes
+    from polymimic_data.lerobot_source import LeRobotFormatError
+
+    try:
+        report = import_lerobot(
+            args.src,
+            args.dest,
+            episodes=parse_episodes(args.episodes) if args.episodes else None,
+            cameras=args.cameras.split(",") if args.cameras else None,
+            jpeg_quality=args.jpeg_quality,
+            embodiment=args.embodiment,
+        )
+    except (LeRobotFormatError, DeclarationError, ValueError, ImportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rate = report.frames / report.seconds if report.seconds else 0.0
+    print(
+        f"{len(report.written)} episodes written ({report.frames} frames, {rate:.0f} frames/s), "
+        f"{len(report.skipped)} already there; embodiment {report.embodiment} in {args.dest}"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="polymimic-data", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"polymimic-data {__version__}")
@@ -158,7 +185,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_correct.add_argument("correction", choices=sorted(CORRECTIONS))
     p_correct.add_argument("roots", nargs="+", metavar="ROOT")
     p_correct.add_argument("--dry-run", action="store_true", help="say what would change only")
+    p_import = sub.add_parser(
+        "import-lerobot",
+        help="convert a LeRobot v3 dataset into episodes (needs polymimic-data[lerobot])",
+    )
+    p_import.add_argument("src", metavar="SRC", help="the LeRobot dataset's root (meta/info.json)")
+    p_import.add_argument("dest", metavar="DEST", help="folder for the episodes (re-run: resumes)")
+    p_import.add_argument("--episodes", help="LeRobot episode indices, e.g. 0,3-7 (default all)")
+    p_import.add_argument("--cameras", help="e.g. top,wrist (default every camera)")
+    p_import.add_argument("--jpeg-quality", type=int, default=90)
+    p_import.add_argument("--embodiment", help="the name to declare (default lerobot/<robot_type>)")
     args = parser.parse_args(argv)
+    if args.command == "import-lerobot":
+        return import_lerobot_command(args)
     if args.command == "inspect":
         return inspect(args.roots)
     if args.command == "correct":

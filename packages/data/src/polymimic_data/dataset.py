@@ -27,6 +27,7 @@ from polymimic_data.data_faults import (
     frame_faults,
     read_fault,
 )
+from polymimic_data.declared_embodiments import declare_from
 from polymimic_data.embodiments import LayoutRecipe, VectorRecipe, get_embodiment
 from polymimic_data.episode_index import EpisodeIndex, EpisodeInfo
 from polymimic_data.episode_store import EpisodeReader
@@ -197,8 +198,9 @@ class EpisodeDataset(Dataset[Sample]):
                 "history, horizon and action_stride must be >= 1, got "
                 f"{history}, {horizon}, {action_stride}"
             )
-        self.spec = get_embodiment(embodiment)
         self.episodes = list(episodes)
+        declare_from((str(e.path), e.attrs) for e in self.episodes)
+        self.spec = get_embodiment(embodiment)
         wrong = [e.hash for e in self.episodes if e.embodiment != self.spec.name]
         if wrong:
             raise ValueError(f"episodes {wrong[:5]} are not of embodiment {self.spec.name!r}")

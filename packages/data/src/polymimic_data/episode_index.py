@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from polymimic_data.atomic_files import write_json_atomic
+from polymimic_data.declared_embodiments import DeclarationError, declare_from
 from polymimic_data.embodiments import get_embodiment
 from polymimic_data.episode_store import episode_hash
 
@@ -69,7 +70,10 @@ def _check_episode(path: Path, attrs: dict[str, Any]) -> str | None:
     if "embodiment" not in attrs:
         return "attribute 'embodiment' is missing"
     try:
+        declare_from([(str(path), attrs)])
         spec = get_embodiment(str(attrs["embodiment"]))
+    except DeclarationError as exc:
+        return str(exc)
     except KeyError as exc:
         return str(exc.args[0])
     frames = attrs.get("total_frames")
@@ -286,12 +290,14 @@ def resolve_episodes(
     if cache is not None and cache.exists():
         cached = json.loads(cache.read_text())
         if cached["fingerprint"] == fingerprint:
-            return [
+            found = [
                 EpisodeInfo(
                     Path(e["path"]), e["hash"], e["embodiment"], e["total_frames"], e["attrs"]
                 )
                 for e in cached["episodes"]
             ]
+            declare_from((str(e.path), e.attrs) for e in found)
+            return found
     scan = scan_episodes(root_list, filters=filters, episodes=episodes)
     for where, why in scan.warnings:
         log.warning("%s: %s; ignored", where, why)

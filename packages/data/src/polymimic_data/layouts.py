@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-ChannelKind = Literal["position", "quaternion", "euler", "rot6d", "gripper", "keypoints"]
+# `joint`: a robot's joint positions (radians or metres), normalised, no rotation semantics.
+ChannelKind = Literal["position", "quaternion", "euler", "rot6d", "gripper", "keypoints", "joint"]
 CHANNEL_KINDS: tuple[str, ...] = (
     "position",
     "quaternion",
@@ -13,6 +14,7 @@ CHANNEL_KINDS: tuple[str, ...] = (
     "rot6d",
     "gripper",
     "keypoints",
+    "joint",
 )
 UNNORMALISED_KINDS: frozenset[str] = frozenset({"rot6d"})
 

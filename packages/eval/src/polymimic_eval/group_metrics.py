@@ -2,7 +2,7 @@
 
 Each group is measured as its kind means: positions and hand keypoints as distances
 (per point), rotations as the geodesic angle in degrees whatever the representation
-(quaternion, yaw-pitch-roll, rot6d), grippers as absolute error. So the geometric metrics
+(quaternion, yaw-pitch-roll, rot6d), grippers and joints as absolute error. So the geometric metrics
 do not change when one rigid transform moves both prediction and truth, and the rotation
 metrics do not change with the representation. Every metric comes as a chunk mean and at
 the chunk's final valid step; every group also gets the plain MSE labs already track.
@@ -56,7 +56,8 @@ def group_metrics(
 ) -> dict[str, torch.Tensor]:
     """`<group>_<metric>` for every group: pred, target (B, T, A) unnormalised; mask (B, T).
 
-    Metrics: `error` (metres for positions and keypoints, absolute for grippers) or
+    Metrics: `error` (metres for positions and keypoints; absolute, in the data's units,
+    for grippers and joints) or
     `angle_deg` (rotations), each also as `final_...`; and `mse`, `final_mse` for all.
     Torch tensors or numpy arrays (then every value is a numpy scalar).
     """

@@ -150,7 +150,7 @@ def _legend(draw: ImageDraw.ImageDraw, height: int) -> None:
 
 def render_overlay(
     image: np.ndarray,
-    intrinsics: CameraIntrinsics,
+    intrinsics: CameraIntrinsics | None,
     layout: Layout,
     *,
     true: np.ndarray | None = None,
@@ -161,9 +161,11 @@ def render_overlay(
     """A copy of `image` (H, W, 3) uint8 with the chunks `true`/`pred` (T, A) drawn on it.
 
     Actions are unnormalised, in the camera frame; intrinsics are rescaled to the image.
+    Without intrinsics (a camera nobody calibrated), or for groups with no place in space
+    (joints, grippers), nothing is drawn but the caption: the frame as it was.
     """
     height, width = image.shape[:2]
-    if intrinsics.height != height or intrinsics.width != width:
+    if intrinsics is not None and (intrinsics.height != height or intrinsics.width != width):
         intrinsics = intrinsics.scaled_to(height, width)
     canvas = Image.fromarray(np.ascontiguousarray(image), "RGB").convert("RGBA")
     layer = Image.new("RGBA", canvas.size, (0, 0, 0, 0))
@@ -174,7 +176,7 @@ def render_overlay(
         (pred, PRED_COLOUR, False),
     )
     for chunk, colour, is_true in chunks:
-        if chunk is None:
+        if chunk is None or intrinsics is None:
             continue
         for name, points in layout_points(chunk, layout).items():
             pixels, visible = project(points, intrinsics)
@@ -189,6 +191,7 @@ def render_overlay(
                 )
     if prompt:
         _caption(draw, prompt, canvas.size)
-    if legend and (true is not None or pred is not None):
+    drawable = intrinsics is not None and bool(layout_points(np.zeros(layout.dim), layout))
+    if legend and drawable and (true is not None or pred is not None):
         _legend(draw, height)
     return np.asarray(Image.alpha_composite(canvas, layer).convert("RGB"))

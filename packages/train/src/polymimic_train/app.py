@@ -18,7 +18,12 @@ import platformdirs
 from omegaconf import DictConfig, OmegaConf
 
 from polymimic_train import run_dirs
-from polymimic_train.run_config import ConfigError, check_config, check_data_roots
+from polymimic_train.run_config import (
+    ConfigError,
+    check_config,
+    check_data_roots,
+    declare_data_embodiments,
+)
 
 log = logging.getLogger("polymimic_train")
 
@@ -64,6 +69,7 @@ def _callbacks_and_loggers(cfg: DictConfig) -> tuple[list[Any], list[Any]]:
 
 def _checked(cfg: DictConfig, resume_from: Path | None) -> tuple[dict[str, Any], Any]:
     """Every check that can fail before data preparation; the data config and the policy."""
+    declare_data_embodiments(cfg.data, Path(cfg.paths.cache_dir) / "episode_index")
     check_config(cfg)
     check_data_roots(cfg.data, Path(cfg.paths.cache_dir) / "episode_index")
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)

@@ -43,11 +43,13 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
     from polymimic_data.atomic_files import write_json_atomic
     from polymimic_train.data_module import EmbodimentDataModule
     from polymimic_train.policy_module import PolicyModule
+    from polymimic_train.run_config import declare_data_embodiments
     from polymimic_train.run_record import summarise
     from polymimic_train.trained_policy import load_policy
 
     checkpoint = Path(checkpoint)
     cfg, run_dir = _compose(checkpoint, list(overrides or []))
+    declare_data_embodiments(cfg.data, Path(cfg.paths.cache_dir) / "episode_index")
     out = create_run_dir((run_dir or checkpoint.parent) / "eval", ".")
     trained = load_policy(checkpoint, embodiment=next(iter(cfg.data.datasets.values())).embodiment)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)

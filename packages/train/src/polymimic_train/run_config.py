@@ -193,6 +193,49 @@ def embodiment_specs(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return specs
 
 
+AUTO = "auto"
+
+
+def declare_data_embodiments(data: Any, cache_dir: Path) -> None:
+    """Register the embodiments declared by the episodes under `data.roots`, where needed.
+
+    Episodes imported from LeRobot declare theirs. In place: `embodiment: auto` becomes the
+    one embodiment those episodes declare, and `cameras: auto` all of its cameras.
+    """
+    from polymimic_data.declared_embodiments import declare_from
+    from polymimic_data.embodiments import get_embodiment, registered_embodiments
+    from polymimic_data.episode_index import job_cache_dir, resolve_episodes
+
+    datasets = data.get("datasets") or {}
+    known = set(registered_embodiments())
+    wanted = [n for n, s in datasets.items() if str(s.get("embodiment")).lower() not in known]
+    if not wanted or data.get("synthetic"):
+        return
+    roots = list(data.get("roots") or [])
+    missing = [r for r in roots if not Path(r).is_dir()]
+    if not roots or missing:
+        raise ConfigError(
+            f"data.roots: {missing or 'unset'}; datasets {wanted} name embodiments declared by "
+            "episodes (e.g. from `polymimic-data import-lerobot`), so data.roots must hold them"
+        )
+    episodes = resolve_episodes(roots, cache_dir=job_cache_dir(cache_dir))
+    declared = declare_from((str(e.path), e.attrs) for e in episodes)
+    for name in wanted:
+        spec = datasets[name]
+        if str(spec.get("embodiment")).lower() == AUTO:
+            if len(declared) != 1:
+                raise ConfigError(
+                    f"data.datasets.{name}.embodiment: auto needs the episodes under "
+                    f"data.roots to declare exactly one embodiment; they declare {declared}. "
+                    f"Name one: data.datasets.{name}.embodiment=<name>"
+                )
+            spec["embodiment"] = declared[0]
+        if spec.get("cameras") == AUTO and str(spec["embodiment"]).lower() in set(
+            registered_embodiments()
+        ):  # (a name declared nowhere under the roots: _check_datasets says so)
+            spec["cameras"] = list(get_embodiment(str(spec["embodiment"])).cameras)
+
+
 def check_data_roots(data: Mapping[str, Any], cache_dir: Path) -> None:
     """Each dataset of real episodes finds some under `data.roots` (generated data always does)."""
     if data.get("synthetic"):

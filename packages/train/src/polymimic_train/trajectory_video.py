@@ -189,7 +189,10 @@ class TrajectoryVideoCallback(pl.Callback):
     ) -> Frames:
         camera = dataset.cameras[0]
         model_size = tuple(datamodule.cfg["image_size"])
-        intrinsics = camera_intrinsics(dataset.spec, dataset.episodes[0].attrs, camera)
+        try:
+            intrinsics = camera_intrinsics(dataset.spec, dataset.episodes[0].attrs, camera)
+        except KeyError:  # an uncalibrated camera (LeRobot's): the frames, and the prompt
+            intrinsics = None
         frames: Frames = []
         for start in range(0, len(indices), self.batch_size):
             chunk = indices[start : start + self.batch_size]

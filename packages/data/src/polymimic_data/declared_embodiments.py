@@ -1,0 +1,115 @@
+"""Embodiments declared by data rather than code: what an imported episode says it is.
+
+An episode converted from another format (e.g. LeRobot v3) carries its embodiment's
+declaration in the attribute `embodiment_declaration`: the state and action store keys,
+a layout of named channel groups, the cameras and the fps. Meeting such an episode
+registers its embodiment and layout (once; the same declaration again is a no-op, a
+different one under the same name an error), so the resolver, the loader and the policy
+know it without the source dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from polymimic_data.embodiments import (
+    Embodiment,
+    LayoutRecipe,
+    VectorRecipe,
+    get_embodiment,
+    register_embodiment,
+)
+from polymimic_data.layouts import CHANNEL_KINDS, layout_from_widths, register_layout
+
+DECLARATION = "embodiment_declaration"
+_FIELDS = ("name", "fps", "cameras", "state", "actions", "groups")
+
+
+class DeclarationError(ValueError):
+    """A declaration that is malformed, or contradicts one already registered."""
+
+
+def _check(declaration: Mapping[str, Any]) -> None:
+    missing = [f for f in _FIELDS if f not in declaration]
+    if missing:
+        raise DeclarationError(f"{DECLARATION} lacks {missing}; it needs {list(_FIELDS)}")
+    for field in ("state", "actions"):
+        keys = declaration[field]
+        if not keys or not all(isinstance(k, str) and k for k in keys):
+            raise DeclarationError(f"{DECLARATION}.{field}: a list of store keys, got {keys!r}")
+    for group in declaration["groups"]:
+        if group.get("kind") not in CHANNEL_KINDS or int(group.get("width", 0)) < 1:
+            raise DeclarationError(
+                f"{DECLARATION}.groups: {group!r} needs a name, a kind of {CHANNEL_KINDS} "
+                "and a positive width"
+            )
+
+
+def layout_name(declaration: Mapping[str, Any]) -> str:
+    return f"{declaration['name']}_joints"
+
+
+def embodiment_from_declaration(declaration: Mapping[str, Any]) -> Embodiment:
+    """The Embodiment (one layout, `<name>_joints`) a declaration describes; registers nothing.
+
+    State and actions are the store keys read at the sample's own frame (a LeRobot
+    `action` row is the command given at that frame), laid end to end in the layout.
+    """
+    _check(declaration)
+    name = str(declaration["name"]).lower()
+    state = tuple((str(k), 0) for k in declaration["state"])
+    actions = tuple((str(k), 0) for k in declaration["actions"])
+    return Embodiment(
+        name=name,
+        family=str(declaration.get("family", "robot")),
+        numeric_keys=tuple(dict.fromkeys(k for k, _ in state + actions)),
+        cameras=tuple(str(c) for c in declaration["cameras"]),
+        fps=float(declaration["fps"]),
+        recipes=(
+            LayoutRecipe(layout_name(declaration), VectorRecipe(state), VectorRecipe(actions)),
+        ),
+        default_layout=layout_name(declaration),
+    )
+
+
+def declare(declaration: Mapping[str, Any], *, source: str = "") -> Embodiment:
+    """Register the declared embodiment and its layout (idempotent); the registered one."""
+    where = f"{source}: " if source else ""
+    try:
+        embodiment = embodiment_from_declaration(declaration)
+    except DeclarationError as exc:
+        raise DeclarationError(f"{where}{exc}") from None
+    layout = layout_from_widths(
+        layout_name(declaration),
+        [(str(g["name"]), str(g["kind"]), int(g["width"])) for g in declaration["groups"]],
+    )
+    try:
+        known = get_embodiment(embodiment.name)
+    except KeyError:
+        known = None
+    if known is not None:
+        if known != embodiment or known.layout() != layout:
+            raise DeclarationError(
+                f"{where}declares embodiment {embodiment.name!r} differently from the one "
+                "already registered (keys, cameras, fps or channel groups differ); import it "
+                "under another name (`import-lerobot --embodiment NAME`)"
+            )
+        return known
+    try:
+        register_layout(layout)
+    except ValueError as exc:
+        raise DeclarationError(f"{where}{exc}") from None
+    return register_embodiment(embodiment)
+
+
+def declare_from(attrs_of_episodes: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Register every declaration among (where, attrs) pairs; the names declared, in order."""
+    names: list[str] = []
+    for where, attrs in attrs_of_episodes:
+        declaration = attrs.get(DECLARATION)
+        if declaration:
+            name = declare(declaration, source=where).name
+            if name not in names:
+                names.append(name)
+    return names

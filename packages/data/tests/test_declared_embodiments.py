@@ -1,0 +1,113 @@
+"""Embodiments declared by episodes: registered once from their attributes, checked, and
+known to the resolver and the loader without any code naming them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polymimic_data.dataset import EpisodeDataset
+from polymimic_data.declared_embodiments import DECLARATION, DeclarationError, declare
+from polymimic_data.embodiments import get_embodiment
+from polymimic_data.episode_index import resolve_episodes, scan_episodes
+from polymimic_data.episode_store import write_episode
+from polymimic_data.lerobot_import import joint_groups, parse_episodes
+
+
+def _declaration(name: str, width: int = 3, cameras=("top",)) -> dict:
+    return {
+        "name": name,
+        "fps": 10.0,
+        "cameras": list(cameras),
+        "state": ["observation.state"],
+        "actions": ["action"],
+        "groups": [
+            {"name": "joints", "kind": "joint", "width": width - 1},
+            {"name": "gripper", "kind": "gripper", "width": 1},
+        ],
+    }
+
+
+def _write(root, name: str, declaration: dict, frames: int = 12, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    width = sum(g["width"] for g in declaration["groups"])
+    state = rng.normal(size=(frames, width)).astype(np.float32)
+    return write_episode(
+        root / f"{name}.zarr",
+        embodiment=declaration["name"],
+        fps=declaration["fps"],
+        arrays={"observation.state": state, "action": state + 1},
+        metadata={DECLARATION: declaration},
+    )
+
+
+def test_episodes_declare_their_embodiment_to_the_resolver_and_the_loader(tmp_path) -> None:
+    declaration = _declaration("test/arm_a", cameras=())
+    for i in range(2):
+        _write(tmp_path, f"ep{i}", declaration, seed=i)
+    episodes = resolve_episodes(tmp_path, embodiment="test/arm_a")
+    assert [e.total_frames for e in episodes] == [12, 12]
+    spec = get_embodiment("test/arm_a")
+    assert spec.numeric_keys == ("observation.state", "action")
+    layout = spec.layout()
+    assert [(g.name, g.kind, g.width) for g in layout.groups] == [
+        ("joints", "joint", 2),
+        ("gripper", "gripper", 1),
+    ]
+    assert layout.normalised_mask() == [True, True, True]  # joints are normalised
+    dataset = EpisodeDataset(episodes, embodiment="test/arm_a", cameras=(), history=2, horizon=4)
+    sample = dataset[5]
+    state = np.asarray(sample["state"])
+    actions = np.asarray(sample["actions"])
+    assert state.shape == (2, 3) and actions.shape == (4, 3)
+    assert np.allclose(actions[0] - 1, state[-1])  # action at a frame: the command given there
+
+
+def test_the_same_declaration_twice_is_one_embodiment_a_different_one_is_refused(
+    tmp_path,
+) -> None:
+    first = declare(_declaration("test/arm_b"))
+    assert declare(_declaration("test/arm_b")) is first
+    with pytest.raises(DeclarationError, match=r"test/arm_b.*differently.*--embodiment"):
+        declare(_declaration("test/arm_b", width=4))
+    _write(tmp_path, "other", _declaration("test/arm_b", width=5))
+    problems = scan_episodes(tmp_path).problems
+    assert len(problems) == 1 and "other.zarr" in problems[0][0]
+    assert "differently" in problems[0][1]
+
+
+def test_a_malformed_declaration_names_what_is_missing() -> None:
+    bad = _declaration("test/arm_c")
+    del bad["actions"]
+    with pytest.raises(DeclarationError, match=r"lacks \['actions'\]"):
+        declare(bad, source="/data/ep.zarr")
+    bad = _declaration("test/arm_c")
+    bad["groups"][0]["kind"] = "elbow"
+    with pytest.raises(DeclarationError, match="kind"):
+        declare(bad)
+
+
+def test_joint_groups_follow_the_channel_names() -> None:
+    aloha = [f"{side}_{j}" for side in ("left", "right") for j in ("waist", "elbow", "gripper")]
+    assert joint_groups(aloha) == [
+        {"name": "left_joints", "kind": "joint", "width": 2},
+        {"name": "left_gripper", "kind": "gripper", "width": 1},
+        {"name": "right_joints", "kind": "joint", "width": 2},
+        {"name": "right_gripper", "kind": "gripper", "width": 1},
+    ]
+    so100 = ["shoulder_pan.pos", "shoulder_lift.pos", "elbow_flex.pos", "gripper.pos"]
+    groups = joint_groups(so100)  # one arm: the prefixes are joint names, not arms
+    assert [(g["name"], g["width"]) for g in groups] == [("joints", 3), ("gripper.pos", 1)]
+    assert [g["name"] for g in joint_groups(["a", "gripper", "b"])] == [
+        "joints",
+        "gripper",
+        "joints_2",
+    ]
+
+
+def test_episode_lists_parse_as_ranges() -> None:
+    assert parse_episodes("0,3-5,3") == [0, 3, 4, 5]
+    with pytest.raises(ValueError, match="N or N-M"):
+        parse_episodes("1,x")
+    with pytest.raises(ValueError, match="backwards"):
+        parse_episodes("5-2")
