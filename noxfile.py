@@ -83,9 +83,10 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(name="bench-data")
 def bench_data(session: nox.Session) -> None:
-    sync(session, "--package", "polymimic-data")
+    sync(session, "--package", "polymimic-data", "--extra", "lerobot")
     session.run("python", "benchmarks/loader.py", *session.posargs)
     session.run("python", "benchmarks/data_transforms.py")
+    session.run("python", "benchmarks/lerobot_import.py")
 
 
 @nox.session(name="bench-policies")

@@ -32,6 +32,21 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
     assert figures["dataloader_samples_per_s"]["batch_size"] == 32  # 60 samples: 1 batch an epoch
 
 
+def test_lerobot_import_benchmark_prints_its_ratios() -> None:
+    tiny = ["--episodes", "2", "--frames", "20", "--height", "48", "--width", "64"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "lerobot_import.py"), *tiny, "--samples", "10"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
+    assert figures["import_frames_per_s"]["frames"] == 40
+    assert figures["import_over_floor"]["value"] > 0
+    assert figures["ms_per_sample"]["layout"] == "lerobot_converted"
+
+
 def test_policy_benchmark_counts_every_model_config() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "policies.py"), "--skip-speed"],

@@ -18,7 +18,9 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 import polymimic_train.app
+from polymimic_data.lerobot_import import import_lerobot
 from polymimic_data.synthetic import ensure_synthetic_episodes
+from polymimic_data.synthetic_lerobot import write_lerobot_dataset
 from polymimic_train.run_config import embodiment_specs
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
@@ -74,7 +76,8 @@ def parameters(model: str) -> int:
 
 def _pi_overrides(model: str, data: str) -> list[str]:
     """Pi predicts rot6d only: eva datasets take eva's rot6d layout. pi0.5 writes the state
-    into the prompt, and a person's 144 hand channels need about 600 byte-level tokens."""
+    into the prompt, and a person's 144 hand channels need about 600 byte-level tokens.
+    Its image slots name cameras; LeRobot's are named otherwise."""
     if not _compose(f"model={model}", "name=count").model._target_.endswith("PiPolicy"):
         return []
     datasets = _compose(f"data={data}", "name=count").data.datasets
@@ -84,7 +87,16 @@ def _pi_overrides(model: str, data: str) -> list[str]:
         for name, spec in datasets.items()
         if spec.embodiment == "eva_bimanual"
     ]
-    return rot6d + (["model.max_token_len=640"] if embodiments - {"eva_bimanual"} else [])
+    # an imported LeRobot arm's cameras (top, wrist) share slots with eva's
+    slots = (
+        [
+            "model.image_slots.base_0_rgb=[front_1,top]",
+            "model.image_slots.left_wrist_0_rgb=[left_wrist,wrist]",
+        ]
+        if data.startswith("lerobot")
+        else []
+    )
+    return rot6d + slots + (["model.max_token_len=640"] if embodiments - {"eva_bimanual"} else [])
 
 
 def _pairs() -> list:
@@ -102,17 +114,31 @@ def _data_overrides(tmp: Path, data: str) -> list[str]:
     if data.startswith("synthetic"):
         size = ["episodes=3", "frames=20", "height=48", "width=64"]
         return [f"data.synthetic.{s}" for s in size]
-    root = ensure_synthetic_episodes(  # a real data config: episodes on disk
-        tmp / "episodes", "eva_bimanual", episodes=3, frames=20, height=48, width=64, progress=False
-    )
-    return [f"data.roots=[{root}]"]
+    roots = []
+    if not data.startswith("lerobot") or "eva" in data:
+        roots.append(  # a real data config: episodes on disk
+            ensure_synthetic_episodes(
+                tmp / "eva",
+                "eva_bimanual",
+                episodes=3,
+                frames=20,
+                height=48,
+                width=64,
+                progress=False,
+            )
+        )
+    if data.startswith("lerobot"):  # a LeRobot dataset as lerobot writes it, imported
+        write_lerobot_dataset(tmp / "lerobot_src", episodes=3, frames=20)
+        import_lerobot(tmp / "lerobot_src", tmp / "lerobot", progress=False)
+        roots.append(tmp / "lerobot")
+    return [f"data.roots=[{','.join(map(str, roots))}]"]
 
 
 def test_the_matrix_covers_every_config_a_cpu_can_train() -> None:
     pairs = {tuple(p.values) for p in _pairs()}
     datas = {d for _, d in pairs}
     assert {"synthetic_eva", "synthetic_aria", "synthetic_mecka", "synthetic_scale"} <= datas
-    assert {"synthetic_cotrain", "episodes"} <= datas
+    assert {"synthetic_cotrain", "episodes", "lerobot", "lerobot_cotrain_eva"} <= datas
     trained = {m for m, _ in pairs}
     assert {"hpt_small", "hpt_eva", "hpt_human", "hpt_cotrain_shared_heads"} <= trained
     assert {"pi_tiny", "rdt_small"} <= trained

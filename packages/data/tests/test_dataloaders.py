@@ -73,15 +73,56 @@ def test_ranks_share_one_order_without_overlap() -> None:
     assert drawn[0] != list(shares[0])  # the next pass is another order
 
 
-def test_lightning_keeps_the_order_and_its_epochs_do_not_reset_it() -> None:
-    """Lightning puts its own DistributedSampler in under DDP unless the loader has one,
-    and calls set_epoch with its epoch (the longest loader's)."""
+def test_epochs_and_cycles_each_draw_their_own_order() -> None:
+    """Lightning keeps a DistributedSampler under DDP (it puts its own in otherwise), and
+    calls set_epoch as each of its epochs starts; a shorter loader cycled within an epoch
+    gets a new order each cycle."""
     sampler = ShuffledOrder(range(10), seed=0)
     assert isinstance(sampler, DistributedSampler)
-    first = list(sampler)
-    sampler.set_epoch(0)
-    second = list(sampler)
-    assert second != first
+    epoch0 = list(sampler)
+    cycle1 = list(sampler)  # iterated again without a new epoch
+    sampler.set_epoch(0)  # the same epoch again: nothing changes
+    cycle2 = list(sampler)
+    sampler.set_epoch(1)
+    epoch1 = list(sampler)
+    assert len({tuple(o) for o in (epoch0, cycle1, cycle2, epoch1)}) == 4
     restored = ShuffledOrder(range(10), seed=0)
-    restored.load_state_dict({"passes": 1, "drawn": 0})
-    assert list(restored) == second
+    restored.load_state_dict({"epoch": 0, "cycle": 2, "drawn": 3})
+    assert list(restored) == cycle2[3:]
+    restored.set_epoch(1)
+    assert list(restored) == epoch1
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_epochs_stopped_at_their_length_are_whole_and_resume_at_their_end(
+    num_workers: int,
+) -> None:
+    """As Lightning iterates: set_epoch, then a fresh iterator, left after `len` batches
+    without asking for more. Restored at an epoch's end, the loader's next iteration is
+    the rest of that epoch (StatefulDataLoader's contract: nothing, though workers prefetch
+    from the sampler meanwhile); the epochs after it are the uninterrupted run's."""
+
+    def loader():
+        return make_dataloader(
+            _Frames(), batch_size=4, shuffle=True, num_workers=num_workers, seed=2
+        )
+
+    def epochs(dl, numbers) -> list[list[int]]:
+        out = []
+        for epoch in numbers:
+            dl.sampler.set_epoch(epoch)
+            iterator = iter(dl)
+            out.append([f for _ in range(len(dl)) for f in next(iterator)["frame"].tolist()])
+        return out
+
+    whole = epochs(loader(), range(3))
+    assert [len(e) for e in whole] == [20, 20, 20]  # 5 whole batches of 23 samples each time
+    assert len({tuple(e) for e in whole}) == 3
+    first = loader()
+    assert epochs(first, [0]) == whole[:1]
+    state = first.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    resumed.sampler.set_epoch(0)
+    assert list(resumed) == []
+    assert epochs(resumed, [1, 2]) == whole[1:]

@@ -132,6 +132,39 @@ def test_masked_slot_changes_nothing(tiny: Path) -> None:
     assert not torch.allclose(policy.sample_actions(other, noise=noise_for()), reference)
 
 
+def test_a_slot_takes_the_first_camera_it_lists_that_an_embodiment_has(tiny: Path) -> None:
+    """Cotraining embodiments whose cameras are named differently (eva's front_1, an
+    imported LeRobot arm's top): one slot lists both."""
+    listed = {"base_0_rgb": ["top", "front_1"], "left_wrist_0_rgb": ["wrist", "left_wrist"]}
+    both = PiPolicy(
+        embodiments={
+            "arm": {**EMBODIMENT, "cameras": ["front_1", "left_wrist"]},
+            "lerobot/koch": {**EMBODIMENT, "cameras": ["top", "wrist"]},
+        },
+        paligemma_path=tiny,
+        image_slots=listed,
+        **SMALL,
+    ).eval()
+    assert both.slot_cameras["lerobot/koch"] == {"base_0_rgb": "top", "left_wrist_0_rgb": "wrist"}
+    assert both.slot_cameras["arm"] == {"base_0_rgb": "front_1", "left_wrist_0_rgb": "left_wrist"}
+    plain = make_policy(
+        tiny, image_slots={"base_0_rgb": "front_1", "left_wrist_0_rgb": "left_wrist"}
+    )
+    loaded = plain.load_state_dict(both.state_dict(), strict=False)
+    assert not loaded.missing_keys  # the same weights for `arm`
+    batch = make_batch()
+    torch.testing.assert_close(
+        both.sample_actions(batch, noise=noise_for()),
+        plain.eval().sample_actions(batch, noise=noise_for()),
+    )
+    koch = {
+        k.replace("front_1", "top").replace("left_wrist", "wrist"): v for k, v in batch.items()
+    } | {"embodiment": "lerobot/koch"}
+    reference = both.sample_actions(koch, noise=noise_for())
+    other = koch | {"images.top": make_batch(3)["images.front_1"]}  # its base slot is read
+    assert not torch.allclose(both.sample_actions(other, noise=noise_for()), reference)
+
+
 def test_prompt_padding_changes_nothing(tiny: Path) -> None:
     short = make_policy(tiny, max_token_len=64)
     long = make_policy(tiny, max_token_len=96)

@@ -8,8 +8,8 @@ and zeroing. Raising the mmap threshold in workers keeps those pages in the heap
 The loader is torchdata's StatefulDataLoader: its `state_dict()` says which samples were
 handed out (not merely prefetched), and Lightning saves it in every checkpoint, so a
 resumed run continues with the very next sample of the same shuffled order. That order is
-ours (`ShuffledOrder`): each pass over the data is a permutation drawn from (seed, pass)
-alone, and the sampler's state is those two numbers and a count. torchdata's own
+ours (`ShuffledOrder`): each pass over the data is a permutation drawn from (seed, epoch,
+cycle) alone, and the sampler's state is those numbers and a count. torchdata's own
 RandomSampler restores a shared generator instead, and that has broken across its versions
 (0.10: the first batch after a mid-epoch resume; 0.11 without workers: every epoch after
 the one resumed in).
@@ -56,19 +56,24 @@ def tune_worker_allocator(worker_id: int = 0) -> bool:
 
 
 class ShuffledOrder(DistributedSampler):
-    """Every index once per pass, in an order drawn from (seed, pass number) alone.
+    """Every index once per pass, in an order drawn from (seed, epoch, cycle) alone.
 
-    Under torch.distributed each rank takes its share (rank::world_size) of the same order,
-    the remainder of a pass dropped so every rank gets as many.
+    Under torch.distributed each rank takes its share (rank::world_size) of the same order;
+    the remainder of a pass is dropped, so that every rank gets as many indices and a
+    multiple of `batch_size` (a pass is then whole batches, as with drop_last).
 
-    Its state (`state_dict`: pass, and how many of this rank's indices were drawn) is all a
-    restored sampler needs to go on where it stopped. StatefulDataLoader snapshots it at
-    every batch it hands out, so prefetched batches are not counted.
+    Passes: `set_epoch(e)` (Lightning calls it as each epoch starts) begins cycle 0 of epoch
+    e; any other new iteration is the next cycle of the same epoch (a shorter loader cycled
+    within Lightning's epoch, which is the longest loader's, or a loop without epochs).
+    Whether the last pass was drawn to its end does not matter: Lightning stops an epoch
+    after `len` batches without asking for more.
 
-    A DistributedSampler, so Lightning keeps it rather than putting its own in under DDP.
-    Passes advance by themselves, once per full iteration: `set_epoch` is a no-op, because
-    Lightning's epoch is the longest loader's, and a shorter loader cycled within it would
-    otherwise repeat one order.
+    Its state (`state_dict`: epoch, cycle, and how many of this rank's indices were drawn)
+    is all a restored sampler needs to go on where it stopped: the first iteration after
+    `load_state_dict` continues that pass (and yields nothing if it was drawn to its end:
+    the rest of a finished epoch). StatefulDataLoader snapshots it at every batch it hands
+    out, so prefetched batches are not counted. It is a DistributedSampler so that
+    Lightning keeps it rather than putting its own in under DDP.
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class ShuffledOrder(DistributedSampler):
         *,
         rank: int | None = None,
         world_size: int | None = None,
+        batch_size: int = 1,
     ) -> None:
         distributed = dist.is_available() and dist.is_initialized()
         world_size = world_size or (dist.get_world_size() if distributed else 1)
@@ -85,29 +91,40 @@ class ShuffledOrder(DistributedSampler):
         super().__init__(  # type: ignore[arg-type]
             data_source, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
         )
-        self.passes = 0
+        self.batch_size = batch_size
+        self.cycle = 0
         self.drawn = 0
+        self._continues = True  # the next iteration goes on with (epoch, cycle, drawn)
 
     def __len__(self) -> int:
-        return len(self.dataset) // self.num_replicas  # type: ignore[arg-type]
+        share = len(self.dataset) // self.num_replicas  # type: ignore[arg-type]
+        return share // self.batch_size * self.batch_size
 
     def __iter__(self) -> Iterator[int]:
-        order = np.random.default_rng([self.seed, self.passes]).permutation(len(self.dataset))  # type: ignore[arg-type]
+        # A generator: this runs at the first index asked for, not when the iterator is made
+        # (StatefulDataLoader makes some it never uses).
+        if not self._continues:
+            self.cycle, self.drawn = self.cycle + 1, 0
+        self._continues = False
+        key = [self.seed, self.epoch, self.cycle]
+        order = np.random.default_rng(key).permutation(len(self.dataset))  # type: ignore[arg-type]
         mine = order[: len(self) * self.num_replicas][self.rank :: self.num_replicas].tolist()
         for index in mine[self.drawn :]:
             self.drawn += 1
             yield index
-        self.passes += 1
-        self.drawn = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Ignored: see the class docstring."""
+        if epoch != self.epoch:
+            self.epoch, self.cycle, self.drawn = epoch, 0, 0
+            self._continues = True
 
     def state_dict(self) -> dict[str, int]:
-        return {"passes": self.passes, "drawn": self.drawn}
+        return {"epoch": self.epoch, "cycle": self.cycle, "drawn": self.drawn}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        self.passes, self.drawn = int(state_dict["passes"]), int(state_dict["drawn"])
+        self.epoch, self.cycle = int(state_dict["epoch"]), int(state_dict["cycle"])
+        self.drawn = int(state_dict["drawn"])
+        self._continues = True
 
 
 def make_dataloader(
@@ -128,11 +145,16 @@ def make_dataloader(
     state.
     """
     generator = torch.Generator().manual_seed(seed)
+    drop_last = shuffle if drop_last is None else drop_last
     return StatefulDataLoader(
         dataset,
         batch_size=batch_size,
-        sampler=ShuffledOrder(dataset, seed) if shuffle else None,
-        drop_last=shuffle if drop_last is None else drop_last,
+        sampler=(
+            ShuffledOrder(dataset, seed, batch_size=batch_size if drop_last else 1)
+            if shuffle
+            else None
+        ),
+        drop_last=drop_last,
         num_workers=num_workers,
         collate_fn=collate_samples,
         persistent_workers=num_workers > 0,

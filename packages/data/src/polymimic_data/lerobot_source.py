@@ -243,7 +243,7 @@ class LeRobotSource:
                 # fixed-size lists as lerobot writes them; variable lists as converted
                 # datasets have them; a plain column for a shape-(1,) feature
                 flat = column.flatten() if column.type.id in _list_type_ids() else column
-                values = np.asarray(flat.to_numpy(zero_copy_only=False), copy=True)
+                values = np.array(flat.to_numpy(zero_copy_only=False))  # a copy, writable
                 declared = int(np.prod(self.features[key]["shape"]))
                 if values.size != declared * len(table):
                     raise LeRobotFormatError(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -231,7 +231,7 @@ class PiPolicy(nn.Module):
         paligemma_path: str | Path,
         variant: str = "pi05",
         load_base_weights: bool = True,
-        image_slots: Mapping[str, str] | None = None,
+        image_slots: Mapping[str, str | Sequence[str]] | None = None,
         max_token_len: int | None = None,
         expert_width: int = 1024,
         expert_mlp_dim: int = 4096,
@@ -267,14 +267,26 @@ class PiPolicy(nn.Module):
         self.sample_steps = sample_steps
         self.state_bins = state_bins
         self.specs = {name: EmbodimentSpec.of(spec) for name, spec in embodiments.items()}
-        self.image_slots = dict(DEFAULT_IMAGE_SLOTS if image_slots is None else image_slots)
-        slotted = set(self.image_slots.values())
+        slots = DEFAULT_IMAGE_SLOTS if image_slots is None else image_slots
+        self.image_slots = {
+            slot: (cameras,) if isinstance(cameras, str) else tuple(cameras)
+            for slot, cameras in slots.items()
+        }
+        # Per embodiment, each slot's camera: the first it lists that the embodiment has.
+        self.slot_cameras = {
+            name: {
+                slot: next((c for c in cameras if c in spec.cameras), None)
+                for slot, cameras in self.image_slots.items()
+            }
+            for name, spec in self.specs.items()
+        }
         for name, spec in self.specs.items():
-            missing = [c for c in spec.cameras if c not in slotted]
+            missing = [c for c in spec.cameras if c not in self.slot_cameras[name].values()]
             if missing:
                 raise ValueError(
                     f"image_slots: embodiment {name!r} has camera(s) {missing} that no slot "
-                    f"takes; slots are {self.image_slots}"
+                    f"takes; slots are {self.image_slots} (a slot takes the first camera it "
+                    "lists that an embodiment has)"
                 )
         self.tokenizer = load_tokenizer(paligemma_path)
         self.paligemma = load_paligemma(paligemma_path, load_base_weights=load_base_weights)
@@ -383,21 +395,22 @@ class PiPolicy(nn.Module):
 
     def embed_prefix(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """Prefix embeddings (B, P, D) and validity (B, P): image slots, then the prompt."""
-        spec = self._spec(batch["embodiment"])
+        self._spec(batch["embodiment"])  # a clear error for an unknown embodiment
         language = self.paligemma.model.language_model
         ids, text_valid = self.tokenize(batch)
         text = language.embed_tokens(ids)
         size = ids.shape[0]
         vision = self.paligemma.config.vision_config
         per_image = (vision.image_size // vision.patch_size) ** 2
-        present = [c for c in self.image_slots.values() if c in spec.cameras]
+        slots = self.slot_cameras[batch["embodiment"]]
+        present = [c for c in slots.values() if c is not None]
         features: dict[str, torch.Tensor] = {}
         if present:
             pixels = torch.cat([self._pixels(batch[f"images.{c}"]) for c in present])
             out = self.paligemma.model.get_image_features(pixel_values=pixels).pooler_output
             features = dict(zip(present, out.to(text.dtype).split(size), strict=True))
         embs, valid = [], []
-        for camera in self.image_slots.values():
+        for camera in slots.values():
             if camera in features:
                 embs.append(features[camera])
                 valid.append(text_valid.new_ones(size, per_image))

@@ -82,6 +82,11 @@ def _check_datasets(data: DictConfig) -> None:
                 f"{where}.embodiment: {spec.get('embodiment')!r} is not one of "
                 f"{registered_embodiments()}"
             ) from None
+        if str(name).lower() != embodiment.name:
+            raise ConfigError(
+                f"data.datasets: name the dataset of embodiment {embodiment.name!r} after it, "
+                f"not {name!r} (batches, statistics and the policy's stems are keyed by it)"
+            )
         layout = spec.get("layout") or embodiment.default_layout
         if layout not in embodiment.layouts:
             raise ConfigError(
@@ -220,20 +225,22 @@ def declare_data_embodiments(data: Any, cache_dir: Path) -> None:
         )
     episodes = resolve_episodes(roots, cache_dir=job_cache_dir(cache_dir))
     declared = declare_from((str(e.path), e.attrs) for e in episodes)
-    for name in wanted:
-        spec = datasets[name]
-        if str(spec.get("embodiment")).lower() == AUTO:
+    renamed = {}
+    for name, spec in datasets.items():
+        if name in wanted and str(spec.get("embodiment")).lower() == AUTO:
             if len(declared) != 1:
                 raise ConfigError(
                     f"data.datasets.{name}.embodiment: auto needs the episodes under "
                     f"data.roots to declare exactly one embodiment; they declare {declared}. "
                     f"Name one: data.datasets.{name}.embodiment=<name>"
                 )
-            spec["embodiment"] = declared[0]
+            spec["embodiment"] = name = declared[0]  # a dataset is named by its embodiment
         if spec.get("cameras") == AUTO and str(spec["embodiment"]).lower() in set(
             registered_embodiments()
         ):  # (a name declared nowhere under the roots: _check_datasets says so)
             spec["cameras"] = list(get_embodiment(str(spec["embodiment"])).cameras)
+        renamed[name] = spec
+    data["datasets"] = renamed
 
 
 def check_data_roots(data: Mapping[str, Any], cache_dir: Path) -> None:
