@@ -56,7 +56,7 @@ def tests(session: nox.Session) -> None:
 
     Tests marked slow (real-size models in the matrix) are left to `matrix`.
     """
-    sync(session, "--all-packages")
+    sync(session, "--all-packages", "--all-extras")
     packages = (f"packages/{p}/tests" for p in PACKAGES)
     session.run(*PYTEST, "-m", "not slow", *packages, "tests", *session.posargs)
 
@@ -64,7 +64,7 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def matrix(session: nox.Session) -> None:
     """Every model config trained on every data config through the app, real sizes too."""
-    sync(session, "--all-packages")
+    sync(session, "--all-packages", "--all-extras")
     session.run(*PYTEST, "tests/test_matrix.py", *session.posargs)
 
 
@@ -77,7 +77,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    sync(session, "--all-packages")
+    sync(session, "--all-packages", "--all-extras")
     session.run("pyright")
 
 
@@ -93,7 +93,7 @@ def bench_data(session: nox.Session) -> None:
 def bench_policies(session: nox.Session) -> None:
     """Parameter counts of every model config (on the meta device); HPT-12M's CPU training
     speed and memory, eager and compiled; HPT-300M and 1B in bf16 where a GPU is."""
-    sync(session, "--all-packages")
+    sync(session, "--all-packages", "--all-extras")
     session.run("python", "benchmarks/policies.py", *session.posargs)
 
 
@@ -101,7 +101,7 @@ def bench_policies(session: nox.Session) -> None:
 def bench_train(session: nox.Session) -> None:
     """`train --help` and misconfigured runs: seconds to answer; `-- --default-run`: the
     default `train`'s time, throughput, data wait and learning."""
-    sync(session, "--all-packages")
+    sync(session, "--all-packages", "--all-extras")
     session.run("python", "benchmarks/train_startup.py", *session.posargs)
 
 

@@ -104,7 +104,10 @@ def test_a_checkpoint_of_another_shape_is_refused_in_one_line(tmp_path: Path, tr
 def test_help_lists_only_choosable_options(tmp_path: Path, train_app) -> None:
     result = train_app(tmp_path, None, "--help")
     assert result.returncode == 0
-    assert "data: episodes, synthetic_aria, synthetic_cotrain, synthetic_eva" in result.stdout
+    assert (
+        "data: episodes, lerobot, lerobot_cotrain_eva, synthetic_aria, synthetic_cotrain, "
+        "synthetic_eva" in result.stdout
+    )
     assert "base" not in result.stdout.split("== Config ==")[0]
 
 
