@@ -15,7 +15,7 @@ import torch
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 
 from polymimic_data import EpisodeDataset, load_or_compute_norm_stats, resolve_episodes
-from polymimic_data.image_augmentation import ImageAugmentation
+from polymimic_data.samples import ImageAugmentation
 from polymimic_data.synthetic import ensure_synthetic_episodes
 
 emit = figure_printer("data_transforms")

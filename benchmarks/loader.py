@@ -5,7 +5,7 @@
 
 Per-sample figures are measured on two generated roots: episodes written by polymimic's
 writer (`layout: polymimic`) and by EgoVerse's (`layout: egoverse`: zarr's default codecs,
-one zstd-compressed shard per array; see polymimic_data.egoverse_layout).
+one zstd-compressed shard per array; see polymimic_data.synthetic).
 
 Prints one JSON line per figure (DESIGN.md). `ms_per_sample` and
 `decode_floor_ms_per_sample` come from the same samples in the same run, as does
@@ -35,7 +35,7 @@ from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from torch.utils.data import DataLoader
 
 from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
-from polymimic_data.dataloaders import make_dataloader, tune_worker_allocator
+from polymimic_data.samples import make_dataloader, tune_worker_allocator
 from polymimic_data.embodiments import get_embodiment
 from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
 
@@ -210,7 +210,7 @@ def resolve_figures(root: Path, cache: Path) -> None:
 _RSS_PROBE = """
 import resource, sys, numpy as np
 from polymimic_data import EpisodeDataset, resolve_episodes
-from polymimic_data.dataloaders import make_dataloader, tune_worker_allocator
+from polymimic_data.samples import make_dataloader, tune_worker_allocator
 ds = EpisodeDataset(
     resolve_episodes(sys.argv[1]), embodiment="eva_bimanual", cameras=("front_1",), horizon=1
 )

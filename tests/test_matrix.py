@@ -18,9 +18,9 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 import polymimic_train.app
-from polymimic_data.lerobot_import import import_lerobot
+from polymimic_data.lerobot import import_lerobot
 from polymimic_data.synthetic import ensure_synthetic_episodes
-from polymimic_data.synthetic_lerobot import write_lerobot_dataset
+from polymimic_data.synthetic import write_lerobot_dataset
 from polymimic_train.run_config import embodiment_specs
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"

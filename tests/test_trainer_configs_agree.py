@@ -22,7 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import polymimic_train.app
-from polymimic_data.dataloaders import ShuffledOrder
+from polymimic_data.samples import ShuffledOrder
 from polymimic_eval import read_video_frames
 from polymimic_train.policy_module import PolicyModule
 from polymimic_train.trajectory_video import TrajectoryVideoCallback

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from polymimic_data.synthetic import ensure_synthetic_episodes
+from polymimic_data.synthetic.episodes import ensure_synthetic_episodes
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,10 @@ import zarr
 
 from polymimic_data import EpisodeReader
 from polymimic_data.cli import main
-from polymimic_data.embodiments import get_embodiment
-from polymimic_data.episode_checks import deep_problems
-from polymimic_data.episode_index import scan_episodes
-from polymimic_data.synthetic import generate_episode
+from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.episodes.checks import deep_problems
+from polymimic_data.episodes.resolver import scan_episodes
+from polymimic_data.synthetic.episodes import generate_episode
 
 
 def test_inspect_lists_episodes_and_totals(eva_root: Path, aria_root: Path, capsys) -> None:

@@ -14,9 +14,9 @@ import zarr
 from torch.utils.data import DataLoader
 
 from polymimic_data import EpisodeDataset, collate_samples, resolve_episodes
-from polymimic_data.data_faults import BadDataError, DataFault, FaultLedger
-from polymimic_data.embodiments import get_embodiment
-from polymimic_data.synthetic import generate_episode
+from polymimic_data.samples.faults import BadDataError, DataFault, FaultLedger
+from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.synthetic.episodes import generate_episode
 
 
 def _episodes(root: Path, embodiment: str, count: int = 2, frames: int = 20) -> list[Path]:

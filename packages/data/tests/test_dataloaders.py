@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from torch.utils.data import Dataset, DistributedSampler
 
-from polymimic_data.dataloaders import ShuffledOrder, make_dataloader
+from polymimic_data.samples.dataloaders import ShuffledOrder, make_dataloader
 
 
 class _Frames(Dataset):

@@ -80,8 +80,8 @@ def test_bad_configuration_is_named(eva_root: Path) -> None:
 
 
 def test_eva_poses_are_expressed_in_the_camera_frame_of_the_extrinsics(tmp_path: Path) -> None:
-    from polymimic_data.embodiments import get_embodiment
-    from polymimic_data.synthetic import generate_episode
+    from polymimic_data.embodiments.registry import get_embodiment
+    from polymimic_data.synthetic.episodes import generate_episode
 
     spec = get_embodiment("eva_bimanual")
     path = generate_episode(tmp_path / "ep.zarr", spec, frames=8, height=16, width=16, seed=0)

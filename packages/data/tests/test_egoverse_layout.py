@@ -12,9 +12,9 @@ import torch
 
 from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
 from polymimic_data.cli import main as cli
-from polymimic_data.egoverse_layout import padded_length, write_egoverse_episode
-from polymimic_data.embodiments import get_embodiment
-from polymimic_data.synthetic import generate_episode
+from polymimic_data.synthetic.egoverse_layout import padded_length, write_egoverse_episode
+from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.synthetic.episodes import generate_episode
 
 FRAMES = 130  # padded to 200, as EgoVerse pads to a multiple of 100
 HASHES = ("2026-01-01-00-00-00-000001", "65f1a2b3c4d5e6f708192a3b")

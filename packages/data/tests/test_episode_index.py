@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from polymimic_data import EpisodeIndex, episode_index, resolve_episodes, write_episode
-from polymimic_data.episode_index import EpisodeValidationError, job_cache_dir, scan_episodes
+from polymimic_data import EpisodeIndex, resolve_episodes, write_episode
+from polymimic_data.episodes import resolver
+from polymimic_data.episodes.resolver import EpisodeValidationError, job_cache_dir, scan_episodes
 
 
 def test_resolve_finds_each_embodiment(eva_root: Path, aria_root: Path) -> None:
@@ -55,7 +56,7 @@ def test_emptied_and_headless_episodes_are_problems_and_stray_files_warnings(
     assert "without the group's zarr.json" in reasons[str(episodes[1])]
     scan = scan_episodes(root)
     assert len(scan.episodes) == 4
-    assert scan.warnings == [(str(root / "README.txt"), episode_index.STRAY_FILE)]
+    assert scan.warnings == [(str(root / "README.txt"), resolver.STRAY_FILE)]
     shutil.rmtree(episodes[0])
     shutil.rmtree(episodes[1])
     with caplog.at_level(logging.WARNING):
@@ -154,7 +155,7 @@ def test_the_index_cache_is_used_until_an_episode_changes(tmp_path: Path, monkey
     def no_reads(path):
         raise AssertionError(f"read {path} although the cache was valid")
 
-    monkeypatch.setattr(episode_index, "read_group_attrs", no_reads)
+    monkeypatch.setattr(resolver, "read_group_attrs", no_reads)
     assert resolve_episodes(root, filters={"task": "pour"}, cache_dir=tmp_path / "cache") == first
     shutil.rmtree(root / "ep3.zarr")
     with pytest.raises(AssertionError, match="although"):

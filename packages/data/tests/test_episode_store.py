@@ -9,7 +9,7 @@ import simplejpeg
 import zarr
 
 from polymimic_data import EpisodeReader, write_episode
-from polymimic_data.episode_store import EpisodeWriter
+from polymimic_data.store.episode_store import EpisodeWriter
 
 
 def _jpeg(value: int) -> bytes:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from polymimic_data.image_augmentation import ImageAugmentation
+from polymimic_data.samples.image_augmentation import ImageAugmentation
 
 
 def _images(b: int = 6) -> torch.Tensor:

@@ -15,13 +15,13 @@ import pytest
 import simplejpeg
 
 from polymimic_data.cli import main as cli
-from polymimic_data.dataset import EpisodeDataset
-from polymimic_data.episode_index import resolve_episodes
-from polymimic_data.episode_store import INCOMPLETE_PREFIX, EpisodeReader
-from polymimic_data.lerobot_import import import_lerobot
-from polymimic_data.lerobot_source import LeRobotFormatError, LeRobotSource
-from polymimic_data.normalization import compute_norm_stats
-from polymimic_data.synthetic_lerobot import write_lerobot_dataset
+from polymimic_data.samples.dataset import EpisodeDataset
+from polymimic_data.episodes.resolver import resolve_episodes
+from polymimic_data.store.episode_store import INCOMPLETE_PREFIX, EpisodeReader
+from polymimic_data.lerobot.importer import import_lerobot
+from polymimic_data.lerobot.source import LeRobotFormatError, LeRobotSource
+from polymimic_data.samples.normalization import compute_norm_stats
+from polymimic_data.synthetic.lerobot_format import write_lerobot_dataset
 
 LENGTHS = [20, 26]
 
@@ -215,7 +215,7 @@ def test_the_command_takes_episodes_and_cameras(tmp_path: Path, capsys) -> None:
 
 
 def test_without_the_extra_the_error_says_what_to_install() -> None:
-    from polymimic_data.lerobot_source import lerobot_extra
+    from polymimic_data.lerobot.source import lerobot_extra
 
     missing = pytest.raises(ImportError, match=r"needs no_such_codec.*polymimic-data\[lerobot\]")
     with missing, lerobot_extra():

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from polymimic_data import EpisodeDataset, Normalizer, load_or_compute_norm_stats, resolve_episodes
-from polymimic_data import normalization as norm_module
-from polymimic_data.layouts import layout_from_widths
-from polymimic_data.normalization import NormStats, VectorStats
+from polymimic_data.samples import normalization as norm_module
+from polymimic_data.geometry.layouts import layout_from_widths
+from polymimic_data.samples.normalization import NormStats, VectorStats
 
 
 def _stats(values: np.ndarray) -> NormStats:
@@ -69,6 +69,6 @@ def test_statistics_read_no_image(eva_root: Path, monkeypatch) -> None:
     def no_images(*args, **kwargs):
         raise AssertionError("an image was decoded for statistics")
 
-    monkeypatch.setattr("polymimic_data.dataset.decode_jpeg", no_images)
+    monkeypatch.setattr("polymimic_data.samples.dataset.decode_jpeg", no_images)
     stats = norm_module.compute_norm_stats(ds, num_samples=40, seed=0)
     assert stats.state.mean.shape == (16,) and np.isfinite(stats.actions.std).all()

@@ -9,8 +9,8 @@ import pytest
 import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, TransposeCodec, ZstdCodec
 
-from polymimic_data.numeric_reader import read_rows
-from polymimic_data.zarr_chunks import ChunkFileError
+from polymimic_data.store.numeric_reader import read_rows
+from polymimic_data.store.zarr_chunks import ChunkFileError
 
 VALUES = np.random.default_rng(0).normal(size=(230, 7))
 

@@ -10,7 +10,7 @@ import fsspec
 import pytest
 
 from polymimic_data import EpisodeDataset, resolve_episodes
-from polymimic_data.remote_episodes import sync_remote_episodes
+from polymimic_data.store.remote_episodes import sync_remote_episodes
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_filters_and_episode_lists_limit_what_is_downloaded(bucket: str, tmp_pat
 def test_the_client_is_needed_only_when_used() -> None:
     code = (
         "import sys; sys.modules['fsspec'] = None\n"  # as if the extra were not installed
-        "import polymimic_data.remote_episodes as r\n"
+        "import polymimic_data.store.remote_episodes as r\n"
         "try:\n    r.sync_remote_episodes('s3://b/p', '/tmp/x')\n"
         "except ImportError as e:\n    print(e)\n"
     )

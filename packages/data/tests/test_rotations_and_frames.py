@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.spatial.transform import Rotation, Slerp
 
-from polymimic_data import rotations as rot
-from polymimic_data.dataset import _assemble
-from polymimic_data.embodiments import get_embodiment
-from polymimic_data.frames import express_in, matrix_to_pose, points_in_frame, pose_to_matrix
-from polymimic_data.hand_keypoints import hand_keypoints_in_reference
+from polymimic_data.geometry import rotations as rot
+from polymimic_data.samples.windows import assemble
+from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.geometry.poses import express_in, matrix_to_pose, points_in_frame, pose_to_matrix
+from polymimic_data.synthetic.hand_keypoints import hand_keypoints_in_reference
 
 finite = st.floats(-1.0, 1.0, allow_nan=False, width=64)
 quats = arrays(np.float64, (5, 4), elements=finite).filter(
@@ -123,7 +123,7 @@ def test_hand_keypoint_layout_round_trips(
         "obs_head_pose": np.tile(head, (5, 1)),
     }
     recipe = get_embodiment("aria_bimanual").recipe("human_keypoints_rot6d")
-    vector = _assemble(recipe, recipe.state, arrays_, np.arange(5), head).astype(np.float64)
+    vector = assemble(recipe, recipe.state, arrays_, np.arange(5), head).astype(np.float64)
     assert vector.shape == (5, 144)
     in_head = hand_keypoints_in_reference(vector)
     expected = points_in_frame(np.tile(head, (5, 1)), keypoints.reshape(5, 21, 3))

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 
 from polymimic_data import EpisodeReader, resolve_episodes
-from polymimic_data.synthetic import APPROACH_RATE, ensure_synthetic_episodes
+from polymimic_data.synthetic.episodes import APPROACH_RATE, ensure_synthetic_episodes
 
 
 def test_generation_is_done_once(eva_root: Path) -> None:

@@ -12,8 +12,8 @@ import zarr
 import zarr.dtype
 from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ShardingCodec, ZstdCodec
 
-from polymimic_data.vlen_bytes_reader import VlenBytesArrayReader
-from polymimic_data.zarr_chunks import ChunkFileError
+from polymimic_data.store.vlen_bytes_reader import VlenBytesArrayReader
+from polymimic_data.store.zarr_chunks import ChunkFileError
 
 ITEMS = [bytes([i % 256]) * (i * 7 % 50 + 1) for i in range(23)]
 

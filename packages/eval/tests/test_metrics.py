@@ -17,7 +17,7 @@ def test_action_error_ignores_masked_steps() -> None:
 def test_metrics_take_numpy_and_give_numpy_with_the_same_values() -> None:
     import numpy as np
 
-    from polymimic_data.layouts import get_layout
+    from polymimic_data.geometry import get_layout
     from polymimic_eval import group_metrics, step_errors
 
     layout = get_layout("eva_cartesian_quat")

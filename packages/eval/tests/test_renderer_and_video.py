@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from polymimic_data.embodiments import CameraIntrinsics
-from polymimic_data.layouts import get_layout, layout_from_widths
-from polymimic_data.rotations import convert, euler_to_matrix
+from polymimic_data.geometry import get_layout, layout_from_widths
+from polymimic_data.geometry import convert, euler_to_matrix
 from polymimic_eval import (
     layout_points,
     plot_step_errors,

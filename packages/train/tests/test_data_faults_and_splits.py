@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from polymimic_data import resolve_episodes, split_episodes
-from polymimic_data.data_faults import BadDataError
+from polymimic_data.samples import BadDataError
 from polymimic_data.synthetic import ensure_synthetic_episodes
 from polymimic_train.data_fault_monitor import DataFaultMonitor
 from polymimic_train.data_module import EmbodimentDataModule

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polymimic_data.lerobot_import import import_lerobot
-from polymimic_data.synthetic_lerobot import write_lerobot_dataset
+from polymimic_data.lerobot import import_lerobot
+from polymimic_data.synthetic import write_lerobot_dataset
 from polymimic_eval import read_video_frames
 
 STEPS = 30

@@ -1,7 +1,16 @@
 """polymimic-data: EgoVerse-compatible zarr episodes turned into training batches.
 
-The names below load on first use, so importing one light module (e.g.
-`polymimic_data.atomic_files` or `polymimic_data.embodiments`) does not load torch or zarr.
+The names below load on first use, so `import polymimic_data` is light, and importing one
+light subpackage (`polymimic_data.geometry`, `polymimic_data.embodiments`) loads no torch or
+zarr. The subpackages, by concern (each layer imports only those above it):
+
+    geometry     rotations, poses and coordinate frames, layouts
+    embodiments  the built-in registry, embodiments declared by data, policy inputs
+    store        the episode store: zarr reading and writing, atomic files, remote roots
+    episodes     resolving (cached), splits, deep checks, corrections
+    samples      the dataset, windows, faults, JPEG decode, collate, loaders, normalisation
+    lerobot      LeRobot v3 source and importer (the `lerobot` extra)
+    synthetic    generated episodes and fixtures in real writers' formats
 """
 
 from __future__ import annotations
@@ -17,24 +26,25 @@ except PackageNotFoundError:  # a source tree that is not installed
 import importlib
 from typing import TYPE_CHECKING, Any
 
-_EXPORTS = {
-    "EpisodeDataset": "dataset",
-    "collate_samples": "dataset",
+_EXPORTS = {  # name -> the subpackage that defines it
+    "EpisodeDataset": "samples",
+    "collate_samples": "samples",
+    "EpisodeIndex": "samples",
+    "Normalizer": "samples",
+    "NormStats": "samples",
+    "load_or_compute_norm_stats": "samples",
     "Embodiment": "embodiments",
     "get_embodiment": "embodiments",
     "registered_embodiments": "embodiments",
-    "EpisodeIndex": "episode_index",
-    "EpisodeInfo": "episode_index",
-    "resolve_episodes": "episode_index",
-    "EpisodeReader": "episode_store",
-    "write_episode": "episode_store",
-    "ChannelGroup": "layouts",
-    "Layout": "layouts",
-    "get_layout": "layouts",
-    "Normalizer": "normalization",
-    "NormStats": "normalization",
-    "load_or_compute_norm_stats": "normalization",
-    "split_episodes": "splits",
+    "embodiment_specs": "embodiments",
+    "EpisodeInfo": "episodes",
+    "resolve_episodes": "episodes",
+    "split_episodes": "episodes",
+    "EpisodeReader": "store",
+    "write_episode": "store",
+    "ChannelGroup": "geometry",
+    "Layout": "geometry",
+    "get_layout": "geometry",
 }
 
 __all__ = [
@@ -48,6 +58,7 @@ __all__ = [
     "NormStats",
     "Normalizer",
     "collate_samples",
+    "embodiment_specs",
     "get_embodiment",
     "get_layout",
     "load_or_compute_norm_stats",
@@ -65,10 +76,20 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from polymimic_data.dataset import EpisodeDataset, collate_samples
-    from polymimic_data.embodiments import Embodiment, get_embodiment, registered_embodiments
-    from polymimic_data.episode_index import EpisodeIndex, EpisodeInfo, resolve_episodes
-    from polymimic_data.episode_store import EpisodeReader, write_episode
-    from polymimic_data.layouts import ChannelGroup, Layout, get_layout
-    from polymimic_data.normalization import Normalizer, NormStats, load_or_compute_norm_stats
-    from polymimic_data.splits import split_episodes
+    from polymimic_data.embodiments import (
+        Embodiment,
+        embodiment_specs,
+        get_embodiment,
+        registered_embodiments,
+    )
+    from polymimic_data.episodes import EpisodeInfo, resolve_episodes, split_episodes
+    from polymimic_data.geometry import ChannelGroup, Layout, get_layout
+    from polymimic_data.samples import (
+        EpisodeDataset,
+        EpisodeIndex,
+        Normalizer,
+        NormStats,
+        collate_samples,
+        load_or_compute_norm_stats,
+    )
+    from polymimic_data.store import EpisodeReader, write_episode

@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from polymimic_data import __version__
-from polymimic_data.corrections import CORRECTIONS, apply_correction
-from polymimic_data.episode_checks import deep_problems
-from polymimic_data.episode_index import (
+from polymimic_data.episodes.checks import deep_problems
+from polymimic_data.episodes.corrections import CORRECTIONS, apply_correction
+from polymimic_data.episodes.resolver import (
     EPISODE,
     EpisodeValidationError,
-    read_group_attrs,
     scan_episodes,
     walk_root,
 )
-from polymimic_data.episode_store import episode_hash
+from polymimic_data.store.episode_attrs import read_group_attrs
+from polymimic_data.store.episode_store import episode_hash
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -138,9 +138,9 @@ def _parse_filters(items: Sequence[str], embodiment: str | None) -> dict[str, An
 
 
 def import_lerobot_command(args: argparse.Namespace) -> int:
-    from polymimic_data.declared_embodiments import DeclarationError
-    from polymimic_data.lerobot_import import import_lerobot, parse_episodes
-    from polymimic_data.lerobot_source import LeRobotFormatError
+    from polymimic_data.embodiments.declared import DeclarationError
+    from polymimic_data.lerobot.importer import import_lerobot, parse_episodes
+    from polymimic_data.lerobot.source import LeRobotFormatError
 
     try:
         report = import_lerobot(
@@ -163,7 +163,9 @@ def import_lerobot_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="polymimic-data", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="polymimic-data", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--version", action="version", version=f"polymimic-data {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_inspect = sub.add_parser("inspect", help="a table of the episodes under ROOT, and totals")

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from polymimic_data.atomic_files import write_bytes_atomic
+from polymimic_data.store import write_bytes_atomic
 
 
 def plot_step_errors(

@@ -89,8 +89,8 @@ def _fit(
     import lightning.pytorch as pl
     from hydra.utils import instantiate
 
-    from polymimic_data.atomic_files import write_json_atomic
-    from polymimic_data.image_augmentation import ImageAugmentation
+    from polymimic_data.store import write_json_atomic
+    from polymimic_data.samples import ImageAugmentation
     from polymimic_strategies import fit_torch_threads, reap_stale_gpu_processes
     from polymimic_train.data_module import EmbodimentDataModule
     from polymimic_train.policy_module import PolicyModule

@@ -7,7 +7,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from polymimic_data.data_faults import FaultLedger
+from polymimic_data.samples import FaultLedger
 
 
 def _batches(batch: Any) -> list[Mapping[str, Any]]:

@@ -22,9 +22,9 @@ from polymimic_data import (
     resolve_episodes,
     split_episodes,
 )
-from polymimic_data.dataloaders import make_dataloader
-from polymimic_data.dataset import subsample_frames
-from polymimic_data.episode_index import job_cache_dir
+from polymimic_data.samples import make_dataloader
+from polymimic_data.samples import subsample_frames
+from polymimic_data.episodes import job_cache_dir
 from polymimic_data.synthetic import ensure_synthetic_episodes
 from polymimic_train.run_config import embodiment_specs
 

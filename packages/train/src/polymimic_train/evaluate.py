@@ -40,7 +40,7 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
     import lightning.pytorch as pl
     from hydra.utils import instantiate
 
-    from polymimic_data.atomic_files import write_json_atomic
+    from polymimic_data.store import write_json_atomic
     from polymimic_train.data_module import EmbodimentDataModule
     from polymimic_train.policy_module import PolicyModule
     from polymimic_train.run_config import declare_data_embodiments

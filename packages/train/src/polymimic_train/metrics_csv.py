@@ -21,7 +21,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from polymimic_data.atomic_files import write_text_atomic
+from polymimic_data.store import write_text_atomic
 
 
 def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:

@@ -207,9 +207,9 @@ def declare_data_embodiments(data: Any, cache_dir: Path) -> None:
     Episodes imported from LeRobot declare theirs. In place: `embodiment: auto` becomes the
     one embodiment those episodes declare, and `cameras: auto` all of its cameras.
     """
-    from polymimic_data.declared_embodiments import declare_from
+    from polymimic_data.embodiments import declare_from
     from polymimic_data.embodiments import get_embodiment, registered_embodiments
-    from polymimic_data.episode_index import job_cache_dir, resolve_episodes
+    from polymimic_data.episodes import job_cache_dir, resolve_episodes
 
     datasets = data.get("datasets") or {}
     known = set(registered_embodiments())
@@ -247,7 +247,7 @@ def check_data_roots(data: Mapping[str, Any], cache_dir: Path) -> None:
     """Each dataset of real episodes finds some under `data.roots` (generated data always does)."""
     if data.get("synthetic"):
         return
-    from polymimic_data.episode_index import job_cache_dir, resolve_episodes
+    from polymimic_data.episodes import job_cache_dir, resolve_episodes
 
     roots = list(data.get("roots") or [])
     if not roots:

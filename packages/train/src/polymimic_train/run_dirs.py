@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from polymimic_data.atomic_files import write_json_atomic
+from polymimic_data.store import write_json_atomic
 
 RECORD = "run.json"
 LOCK = "run.lock"

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from polymimic_data.atomic_files import write_json_atomic, write_text_atomic
+from polymimic_data.store import write_json_atomic, write_text_atomic
 
 
 def git_commit(cwd: Path) -> str:

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from polymimic_data.layouts import ChannelGroup, Layout
-from polymimic_data.normalization import Normalizer, NormStats
+from polymimic_data.geometry import ChannelGroup, Layout
+from polymimic_data.samples import Normalizer, NormStats
 from polymimic_train.run_dirs import CHECKPOINTS
 
 RECORD = "polymimic"

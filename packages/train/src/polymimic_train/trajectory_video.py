@@ -29,7 +29,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from PIL import Image
 
 from polymimic_data import EpisodeDataset, collate_samples
-from polymimic_data.data_faults import NoValidSampleError
+from polymimic_data.samples import NoValidSampleError
 from polymimic_data.embodiments import camera_intrinsics
 from polymimic_eval import render_overlay, write_video
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from polymimic_data.frames import pose_to_matrix
-from polymimic_data.rotations import matrix_to_quat, rot6d_to_matrix
+from polymimic_data.geometry.poses import pose_to_matrix
+from polymimic_data.geometry.rotations import matrix_to_quat, rot6d_to_matrix
 
 HAND_WIDTH = 3 + 6 + 63
 SIDES = ("left", "right")

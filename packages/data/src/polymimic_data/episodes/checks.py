@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import simplejpeg
 from tqdm.auto import tqdm
 
-from polymimic_data.data_faults import frame_faults
-from polymimic_data.embodiments import get_embodiment
-from polymimic_data.episode_index import EpisodeInfo
-from polymimic_data.episode_store import EpisodeReader
+from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.episodes.bad_values import frame_faults
+from polymimic_data.episodes.resolver import EpisodeInfo
+from polymimic_data.store.episode_store import EpisodeReader
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import ctypes.util
 import sys
 import warnings
 from collections.abc import Iterator, Sized
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from polymimic_data.dataset import collate_samples
+from polymimic_data.samples.collate import collate_samples
 
 # torchdata 0.11 calls an API torch has deprecated, once per iterator: noise, not news.
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
@@ -53,6 +53,10 @@ def tune_worker_allocator(worker_id: int = 0) -> bool:
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, _HEAP_BYTES)) and bool(
         libc.mallopt(_M_TRIM_THRESHOLD, 2 * _HEAP_BYTES)
     )
+
+
+def _tune_worker(worker_id: int) -> None:
+    tune_worker_allocator(worker_id)
 
 
 class ShuffledOrder(DistributedSampler):
@@ -78,7 +82,7 @@ class ShuffledOrder(DistributedSampler):
 
     def __init__(
         self,
-        data_source: Sized,
+        data_source: Dataset[Any],
         seed: int,
         *,
         rank: int | None = None,
@@ -88,7 +92,7 @@ class ShuffledOrder(DistributedSampler):
         distributed = dist.is_available() and dist.is_initialized()
         world_size = world_size or (dist.get_world_size() if distributed else 1)
         rank = rank if rank is not None else (dist.get_rank() if distributed else 0)
-        super().__init__(  # type: ignore[arg-type]
+        super().__init__(
             data_source, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
         )
         self.batch_size = batch_size
@@ -97,7 +101,7 @@ class ShuffledOrder(DistributedSampler):
         self._continues = True  # the next iteration goes on with (epoch, cycle, drawn)
 
     def __len__(self) -> int:
-        share = len(self.dataset) // self.num_replicas  # type: ignore[arg-type]
+        share = len(cast(Sized, self.dataset)) // self.num_replicas
         return share // self.batch_size * self.batch_size
 
     def __iter__(self) -> Iterator[int]:
@@ -107,7 +111,7 @@ class ShuffledOrder(DistributedSampler):
             self.cycle, self.drawn = self.cycle + 1, 0
         self._continues = False
         key = [self.seed, self.epoch, self.cycle]
-        order = np.random.default_rng(key).permutation(len(self.dataset))  # type: ignore[arg-type]
+        order = np.random.default_rng(key).permutation(len(cast(Sized, self.dataset)))
         mine = order[: len(self) * self.num_replicas][self.rank :: self.num_replicas].tolist()
         for index in mine[self.drawn :]:
             self.drawn += 1
@@ -160,6 +164,6 @@ def make_dataloader(
         persistent_workers=num_workers > 0,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
-        worker_init_fn=tune_worker_allocator if num_workers > 0 else None,
+        worker_init_fn=_tune_worker if num_workers > 0 else None,
         generator=generator,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from polymimic_data.episode_index import EpisodeInfo
+from polymimic_data.episodes.resolver import EpisodeInfo
 
 
 def split_episodes(

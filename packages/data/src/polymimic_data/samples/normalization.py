@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from polymimic_data.atomic_files import write_json_atomic
-from polymimic_data.data_faults import SampleFault
-from polymimic_data.dataset import EpisodeDataset
-from polymimic_data.layouts import Layout
+from polymimic_data.geometry.layouts import Layout
+from polymimic_data.samples.dataset import EpisodeDataset
+from polymimic_data.samples.faults import SampleFault
+from polymimic_data.store.atomic_files import write_json_atomic
 
 log = logging.getLogger(__name__)
 

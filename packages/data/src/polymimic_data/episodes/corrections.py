@@ -26,9 +26,10 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from polymimic_data.atomic_files import write_json_atomic
-from polymimic_data.episode_index import episode_dirs, read_group_attrs
-from polymimic_data.episode_store import INCOMPLETE_PREFIX, episode_hash
+from polymimic_data.episodes.resolver import episode_dirs
+from polymimic_data.store.atomic_files import write_json_atomic
+from polymimic_data.store.episode_attrs import read_group_attrs
+from polymimic_data.store.episode_store import INCOMPLETE_PREFIX, episode_hash
 
 log = logging.getLogger(__name__)
 APPLIED = "corrections_applied"

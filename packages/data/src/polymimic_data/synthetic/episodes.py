@@ -15,10 +15,10 @@ import numpy as np
 import simplejpeg
 from tqdm.auto import tqdm
 
-from polymimic_data.atomic_files import write_json_atomic
-from polymimic_data.egoverse_layout import write_egoverse_episode
-from polymimic_data.embodiments import CameraIntrinsics, Embodiment, get_embodiment
-from polymimic_data.episode_store import EPISODE_SUFFIX, write_episode
+from polymimic_data.embodiments.registry import CameraIntrinsics, Embodiment, get_embodiment
+from polymimic_data.store.atomic_files import write_json_atomic
+from polymimic_data.store.episode_store import EPISODE_SUFFIX, write_episode
+from polymimic_data.synthetic.egoverse_layout import write_egoverse_episode
 
 APPROACH_RATE = 0.07  # fraction of the remaining distance covered per frame
 _SIDES = ("left", "right")

@@ -28,7 +28,7 @@ import numpy as np
 import zarr
 import zarr.dtype
 
-from polymimic_data.episode_store import INCOMPLETE_PREFIX
+from polymimic_data.store.episode_store import INCOMPLETE_PREFIX
 
 PAD_TO = 100
 ROWS_PER_CHUNK = 100

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from polymimic_data.rotations import matrix_to_quat, quat_to_matrix
+from polymimic_data.geometry.rotations import matrix_to_quat, quat_to_matrix
 
 
 def pose_to_matrix(pose: np.ndarray) -> np.ndarray:

@@ -23,9 +23,8 @@ import numpy as np
 import simplejpeg
 from tqdm import tqdm
 
-from polymimic_data.declared_embodiments import DECLARATION, declare
-from polymimic_data.episode_store import EPISODE_SUFFIX, EpisodeWriter
-from polymimic_data.lerobot_source import (
+from polymimic_data.embodiments.declared import DECLARATION, check_declaration
+from polymimic_data.lerobot.source import (
     LeRobotEpisode,
     LeRobotFormatError,
     LeRobotSource,
@@ -33,6 +32,7 @@ from polymimic_data.lerobot_source import (
     channel_names,
     lerobot_extra,
 )
+from polymimic_data.store.episode_store import EPISODE_SUFFIX, EpisodeWriter
 
 STATE_KEY, ACTION_KEY = "observation.state", "action"
 
@@ -241,7 +241,7 @@ def import_lerobot(
     image_keys = [k for k in keys if not source.is_video(k)]
     for index in wanted:
         source.check_episode(available[index], [*source.vector_keys(), *image_keys])
-    declare(declaration, source=str(source.root))  # after the checks: a shape error first
+    check_declaration(declaration, source=str(source.root))  # after the checks: shapes first
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     report = ImportReport(embodiment=declaration["name"])

@@ -24,7 +24,7 @@ from typing import Any
 import numcodecs
 import numpy as np
 
-from polymimic_data.zarr_chunks import (
+from polymimic_data.store.zarr_chunks import (
     MISSING,
     ChunkFileError,
     chunk_key,

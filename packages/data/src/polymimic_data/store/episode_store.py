@@ -21,9 +21,9 @@ import numpy as np
 import zarr
 import zarr.dtype
 
-from polymimic_data.numeric_reader import read_rows
-from polymimic_data.vlen_bytes_reader import VlenBytesArrayReader
-from polymimic_data.zarr_chunks import ChunkFileError
+from polymimic_data.store.numeric_reader import read_rows
+from polymimic_data.store.vlen_bytes_reader import VlenBytesArrayReader
+from polymimic_data.store.zarr_chunks import ChunkFileError
 
 EPISODE_SUFFIX = ".zarr"
 FRAMES_PER_SHARD = 256

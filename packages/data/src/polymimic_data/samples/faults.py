@@ -19,12 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_data.zarr_chunks import ChunkFileError
+from polymimic_data.store.zarr_chunks import ChunkFileError
 
 log = logging.getLogger(__name__)
 
-NOT_DETECTED = 1e8  # human pipelines store missing detections as 1e9
-QUATERNION_TOLERANCE = 0.05
 EPISODE_DROPPED = "episode dropped"
 
 
@@ -77,31 +75,6 @@ class BadDataError(RuntimeError):
 
 class NoValidSampleError(RuntimeError):
     """Every sample tried as a stand-in for a bad one was bad too."""
-
-
-def frame_faults(key: str, values: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Per frame: is it bad, and why (vectorised over time). `values` is (T, D).
-
-    `*_pose` keys (xyz + quaternion w, x, y, z) also have their quaternion checked.
-    """
-    quaternion = slice(3, 7) if key.endswith("_pose") else None
-    flat = values.reshape(len(values), -1)
-    finite = np.isfinite(flat)
-    nonfinite = ~finite.all(1)
-    clean = np.where(finite, flat, 0.0)
-    sentinel = (np.abs(clean) >= NOT_DETECTED).any(1)
-    bad_quat = np.zeros(len(values), dtype=bool)
-    if quaternion is not None and flat.shape[1] >= quaternion.stop:
-        with np.errstate(over="ignore", invalid="ignore"):
-            norms = np.linalg.norm(clean[:, quaternion], axis=1)
-        bad_quat = ~(np.abs(norms - 1.0) <= QUATERNION_TOLERANCE)
-    reasons = np.where(
-        nonfinite,
-        "NaN or inf",
-        np.where(sentinel, "not-detected sentinel (1e9)", "zero or non-unit quaternion"),
-    )
-    bad = nonfinite | sentinel | bad_quat
-    return bad, reasons.tolist()
 
 
 class EpisodeFaults:

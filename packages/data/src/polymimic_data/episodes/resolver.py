@@ -1,4 +1,8 @@
-"""Resolving episodes under local roots, and mapping a global sample to (episode, frame)."""
+"""Resolving episodes under local roots: found, filtered, validated and cached.
+
+The embodiments the episodes declare (see embodiments.declared) are registered here, and
+only here: once per distinct declaration among the episodes resolved.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from polymimic_data.atomic_files import write_json_atomic
-from polymimic_data.declared_embodiments import DeclarationError, declare_from
-from polymimic_data.embodiments import get_embodiment
-from polymimic_data.episode_store import episode_hash
+from polymimic_data.embodiments.declared import (
+    DECLARATION,
+    DeclarationError,
+    declaration_key,
+    declare,
+)
+from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.store.atomic_files import write_json_atomic
+from polymimic_data.store.episode_attrs import attrs_match, read_group_attrs
+from polymimic_data.store.episode_store import episode_hash
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +57,6 @@ class EpisodeValidationError(ValueError):
         return f"{len(self.problems)} bad episode(s):\n{lines}"
 
 
-def read_group_attrs(path: Path) -> dict[str, Any]:
-    meta = json.loads((path / "zarr.json").read_text())
-    if meta.get("node_type") != "group":
-        raise ValueError("zarr.json is not a group")
-    return dict(meta.get("attributes", {}))
-
-
 def _info(path: Path, attrs: dict[str, Any]) -> EpisodeInfo:
     # `features` describes every key at length; the index has no use for it, and it would
     # be copied into every worker for every episode.
@@ -65,15 +66,39 @@ def _info(path: Path, attrs: dict[str, Any]) -> EpisodeInfo:
     )
 
 
-def _check_episode(path: Path, attrs: dict[str, Any]) -> str | None:
+class _Declarations:
+    """Registers each distinct embodiment declaration met once: the one place that does.
+
+    Remembers the outcome per declaration (its canonical text), so ten thousand episodes
+    of one imported dataset register, and compare, their embodiment once.
+    """
+
+    def __init__(self) -> None:
+        self._outcome: dict[str, str | None] = {}  # declaration -> why it failed, or None
+
+    def register(self, where: str, attrs: Mapping[str, Any]) -> str | None:
+        """Why the episode's declaration cannot be registered, or None (also if it has none)."""
+        key = declaration_key(attrs)
+        if key is None:
+            return None
+        if key not in self._outcome:
+            try:
+                declare(attrs[DECLARATION], source=where)
+                self._outcome[key] = None
+            except DeclarationError as exc:
+                self._outcome[key] = str(exc)
+        return self._outcome[key]
+
+
+def _check_episode(path: Path, attrs: dict[str, Any], declarations: _Declarations) -> str | None:
     """Why the episode cannot be trained on, or None."""
     if "embodiment" not in attrs:
         return "attribute 'embodiment' is missing"
+    why = declarations.register(str(path), attrs)
+    if why:
+        return why
     try:
-        declare_from([(str(path), attrs)])
         spec = get_embodiment(str(attrs["embodiment"]))
-    except DeclarationError as exc:
-        return str(exc)
     except KeyError as exc:
         return str(exc.args[0])
     frames = attrs.get("total_frames")
@@ -150,21 +175,6 @@ def episode_dirs(root: Path) -> Iterable[Path]:
     return (path for path, kind in walk_root(root) if kind == EPISODE)
 
 
-_ATTRIBUTE_ALIASES = {"task": "task_name"}
-
-
-def _matches(attrs: Mapping[str, Any], filters: Mapping[str, Any]) -> bool:
-    """Every filter matches: a value or any of a list, strings compared case-insensitively."""
-    for name, wanted in filters.items():
-        value = attrs.get(_ATTRIBUTE_ALIASES.get(name, name))
-        if value is None:
-            return False
-        options = wanted if isinstance(wanted, list | tuple | set | frozenset) else [wanted]
-        if str(value).lower() not in {str(o).lower() for o in options}:
-            return False
-    return True
-
-
 def job_cache_dir(base: str | os.PathLike[str]) -> Path:
     """`base`, or a per-job folder under it inside a SLURM job, so concurrent jobs never clash."""
     job = os.environ.get("SLURM_JOB_ID")
@@ -229,6 +239,7 @@ def scan_episodes(
     if episodes is not None:
         duplicated = sorted({h for h in episodes if list(episodes).count(h) > 1})
         scan.problems += [(h, "listed more than once") for h in duplicated]
+    declarations = _Declarations()
     seen: dict[str, Path] = {}
     met: set[str] = set()  # hashes of every entry looked at, good or bad
     for root in _root_list(roots):
@@ -248,9 +259,9 @@ def scan_episodes(
             except (OSError, ValueError) as exc:
                 scan.problems.append((str(path), f"cannot read group metadata ({exc})"))
                 continue
-            if not _matches(attrs, filters):
+            if not attrs_match(attrs, filters):
                 continue
-            why = _check_episode(path, attrs)
+            why = _check_episode(path, attrs, declarations)
             if why:
                 scan.problems.append((str(path), why))
             elif h in seen:
@@ -296,7 +307,11 @@ def resolve_episodes(
                 )
                 for e in cached["episodes"]
             ]
-            declare_from((str(e.path), e.attrs) for e in found)
+            declarations = _Declarations()
+            problems = [(str(e.path), declarations.register(str(e.path), e.attrs)) for e in found]
+            problems = [(where, why) for where, why in problems if why]
+            if problems:
+                raise EpisodeValidationError(problems)
             return found
     scan = scan_episodes(root_list, filters=filters, episodes=episodes)
     for where, why in scan.warnings:
@@ -326,26 +341,3 @@ def resolve_episodes(
             },
         )
     return scan.episodes
-
-
-class EpisodeIndex:
-    """Global sample index -> (episode, frame), by cumulative offsets and binary search.
-
-    Memory grows with the number of episodes, not frames.
-    """
-
-    def __init__(self, frames_per_episode: Sequence[int]) -> None:
-        counts = np.asarray(frames_per_episode, dtype=np.int64)
-        if (counts < 0).any():
-            raise ValueError("frame counts must be non-negative")
-        self._ends = np.cumsum(counts)
-
-    def __len__(self) -> int:
-        return int(self._ends[-1]) if len(self._ends) else 0
-
-    def locate(self, index: int) -> tuple[int, int]:
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample {index} out of range for {len(self)} samples")
-        episode = int(np.searchsorted(self._ends, index, side="right"))
-        start = int(self._ends[episode - 1]) if episode else 0
-        return episode, index - start

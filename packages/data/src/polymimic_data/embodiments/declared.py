@@ -3,24 +3,31 @@
 An episode converted from another format (e.g. LeRobot v3) carries its embodiment's
 declaration in the attribute `embodiment_declaration`: the state and action store keys,
 a layout of named channel groups, the cameras and the fps. Meeting such an episode
-registers its embodiment and layout (once; the same declaration again is a no-op, a
-different one under the same name an error), so the resolver, the loader and the policy
-know it without the source dataset.
+registers its embodiment and layout, so the loader and the policy know it without the
+source dataset. The resolver (episodes.resolver) is the one place that registers: once per
+distinct declaration among the episodes it returns; the same declaration again is a no-op,
+a different one under the same name an error naming the episode.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from polymimic_data.embodiments import (
+from polymimic_data.embodiments.registry import (
     Embodiment,
     LayoutRecipe,
     VectorRecipe,
     get_embodiment,
     register_embodiment,
 )
-from polymimic_data.layouts import CHANNEL_KINDS, layout_from_widths, register_layout
+from polymimic_data.geometry.layouts import (
+    CHANNEL_KINDS,
+    Layout,
+    layout_from_widths,
+    register_layout,
+)
 
 DECLARATION = "embodiment_declaration"
 _FIELDS = ("name", "fps", "cameras", "state", "actions", "groups")
@@ -73,8 +80,14 @@ def embodiment_from_declaration(declaration: Mapping[str, Any]) -> Embodiment:
     )
 
 
-def declare(declaration: Mapping[str, Any], *, source: str = "") -> Embodiment:
-    """Register the declared embodiment and its layout (idempotent); the registered one."""
+def check_declaration(
+    declaration: Mapping[str, Any], *, source: str = ""
+) -> tuple[Embodiment, Layout, Embodiment | None]:
+    """The embodiment and layout a declaration describes, and the one registered under its name.
+
+    The last is None where none is; DeclarationError, naming `source`, where the declaration
+    is malformed or differs from the registered one. Registers nothing.
+    """
     where = f"{source}: " if source else ""
     try:
         embodiment = embodiment_from_declaration(declaration)
@@ -88,28 +101,39 @@ def declare(declaration: Mapping[str, Any], *, source: str = "") -> Embodiment:
         known = get_embodiment(embodiment.name)
     except KeyError:
         known = None
+    if known is not None and (known != embodiment or known.layout() != layout):
+        raise DeclarationError(
+            f"{where}declares embodiment {embodiment.name!r} differently from the one "
+            "already registered (keys, cameras, fps or channel groups differ); import it "
+            "under another name (`import-lerobot --embodiment NAME`)"
+        )
+    return embodiment, layout, known
+
+
+def declare(declaration: Mapping[str, Any], *, source: str = "") -> Embodiment:
+    """Register the declared embodiment and its layout (idempotent); the registered one."""
+    embodiment, layout, known = check_declaration(declaration, source=source)
     if known is not None:
-        if known != embodiment or known.layout() != layout:
-            raise DeclarationError(
-                f"{where}declares embodiment {embodiment.name!r} differently from the one "
-                "already registered (keys, cameras, fps or channel groups differ); import it "
-                "under another name (`import-lerobot --embodiment NAME`)"
-            )
         return known
     try:
         register_layout(layout)
     except ValueError as exc:
-        raise DeclarationError(f"{where}{exc}") from None
+        raise DeclarationError(f"{source + ': ' if source else ''}{exc}") from None
     return register_embodiment(embodiment)
 
 
-def declare_from(attrs_of_episodes: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """Register every declaration among (where, attrs) pairs; the names declared, in order."""
+def declaration_key(attrs: Mapping[str, Any]) -> str | None:
+    """The episode's declaration as canonical text (equal declarations, equal keys), or None."""
+    declaration = attrs.get(DECLARATION)
+    return json.dumps(declaration, sort_keys=True) if declaration else None
+
+
+def declared_names(attrs_of_episodes: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The embodiment names the episodes' attributes declare, in order; registers nothing."""
     names: list[str] = []
-    for where, attrs in attrs_of_episodes:
+    for attrs in attrs_of_episodes:
         declaration = attrs.get(DECLARATION)
-        if declaration:
-            name = declare(declaration, source=where).name
-            if name not in names:
-                names.append(name)
+        name = str(declaration.get("name", "")).lower() if declaration else ""
+        if name and name not in names:
+            names.append(name)
     return names

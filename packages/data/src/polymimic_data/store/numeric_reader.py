@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from polymimic_data.zarr_chunks import (
+from polymimic_data.store.zarr_chunks import (
     MISSING,
     ChunkFileError,
     ChunkLayout,

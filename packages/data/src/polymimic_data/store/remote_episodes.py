@@ -18,9 +18,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from polymimic_data.atomic_files import write_json_atomic
-from polymimic_data.episode_index import _matches
-from polymimic_data.episode_store import INCOMPLETE_PREFIX, episode_hash
+from polymimic_data.store.atomic_files import write_json_atomic
+from polymimic_data.store.episode_attrs import attrs_match
+from polymimic_data.store.episode_store import INCOMPLETE_PREFIX, episode_hash
 
 _MANIFESTS = ".remote-manifests"
 
@@ -63,7 +63,7 @@ def sync_remote_episodes(
         if wanted is not None and h not in wanted:
             continue
         meta = json.loads(fs.cat_file(f"{remote}/zarr.json"))
-        if meta.get("node_type") != "group" or not _matches(
+        if meta.get("node_type") != "group" or not attrs_match(
             meta.get("attributes", {}), filters or {}
         ):
             continue

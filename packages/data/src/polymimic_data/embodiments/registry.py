@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from polymimic_data.layouts import Layout, get_layout
+from polymimic_data.geometry.layouts import Layout, get_layout
 
 
 @dataclass(frozen=True)

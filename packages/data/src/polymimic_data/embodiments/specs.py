@@ -1,0 +1,38 @@
+"""What a policy is told of each dataset's embodiment: plain numbers and names.
+
+A policy never takes an object of polymimic-data (DESIGN.md); these dicts are what it gets
+instead, derived from the layouts alone, so it can be built, and its config checked, before
+any data is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from polymimic_data.embodiments.registry import get_embodiment
+
+DEFAULT_CAMERAS = ("front_1",)
+
+
+def embodiment_specs(
+    datasets: Mapping[str, Mapping[str, Any]], *, history: int, horizon: int
+) -> dict[str, dict[str, Any]]:
+    """Per dataset (named after its embodiment), the policy's inputs.
+
+    State and action widths, history, horizon, cameras and the action channel groups, in
+    the form polymimic_policies' `EmbodimentSpec.of` takes.
+    """
+    specs = {}
+    for name, spec in datasets.items():
+        embodiment = get_embodiment(str(spec["embodiment"]))
+        layout = embodiment.layout(spec.get("layout"))
+        specs[name] = {
+            "state_dim": layout.dim,
+            "action_dim": layout.dim,
+            "history": int(history),
+            "horizon": int(horizon),
+            "cameras": list(spec.get("cameras", DEFAULT_CAMERAS)),
+            "action_groups": [[group.name, group.width] for group in layout.groups],
+        }
+    return specs

@@ -1,0 +1,223 @@
+"""A map-style dataset over episodes of one embodiment, yielding samples of the batch contract.
+
+Per worker, each episode is opened once and its numeric arrays (small) are read whole into
+a bounded cache, checked for bad values once, vectorised over time. JPEGs are read by byte
+range and decoded at the model's resolution. A bad sample is replaced by a valid one and
+reported in the sample's `faults`; an episode with too many faults is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.episodes.resolver import EpisodeInfo
+from polymimic_data.geometry.layouts import Layout
+from polymimic_data.samples.collate import Sample
+from polymimic_data.samples.episode_cache import EpisodeCache, LoadedEpisode
+from polymimic_data.samples.faults import (
+    DataFault,
+    EpisodeFaults,
+    NoValidSampleError,
+    SampleFault,
+    read_fault,
+)
+from polymimic_data.samples.jpeg_decode import decode_jpeg
+from polymimic_data.samples.sample_index import EpisodeIndex
+from polymimic_data.samples.windows import assemble, frames_of, prompt_at
+
+log = logging.getLogger(__name__)
+
+_MAX_REPLACEMENTS = 32
+
+
+class EpisodeDataset(Dataset[Sample]):
+    """Samples of one embodiment: images, K-step state history and a T-step action chunk.
+
+    Action step j of a sample at frame t reads frame t + j * action_stride; or, with
+    `action_window` W, the chunk spans frames t .. t + W - 1 resampled to `horizon` steps
+    (linear interpolation, SLERP for quaternions). `frames`, when
+    given, restricts the dataset to those (episode, frame) pairs (validation subsampling,
+    contiguous video episodes); otherwise every frame is a sample.
+    """
+
+    def __init__(
+        self,
+        episodes: Sequence[EpisodeInfo],
+        *,
+        embodiment: str,
+        layout: str | None = None,
+        cameras: Sequence[str] = ("front_1",),
+        image_size: tuple[int, int] | Sequence[int] | None = None,
+        history: int = 1,
+        horizon: int = 16,
+        action_stride: int = 1,
+        action_window: int | None = None,
+        frames: Sequence[tuple[int, int]] | None = None,
+        cache_episodes: int = 256,
+        max_bad_fraction_per_episode: float = 0.2,
+    ) -> None:
+        if history < 1 or horizon < 1 or action_stride < 1:
+            raise ValueError(
+                "history, horizon and action_stride must be >= 1, got "
+                f"{history}, {horizon}, {action_stride}"
+            )
+        self.episodes = list(episodes)
+        self.spec = get_embodiment(embodiment)
+        wrong = [e.hash for e in self.episodes if e.embodiment != self.spec.name]
+        if wrong:
+            raise ValueError(f"episodes {wrong[:5]} are not of embodiment {self.spec.name!r}")
+        unknown = [c for c in cameras if c not in self.spec.cameras]
+        if unknown:
+            raise ValueError(
+                f"cameras {unknown} are not cameras of {self.spec.name} ({list(self.spec.cameras)})"
+            )
+        self.recipe = self.spec.recipe(layout or self.spec.default_layout)
+        self.layout: Layout = self.spec.layout(self.recipe.layout)
+        self.cameras = tuple(cameras)
+        self.image_size = (
+            (int(image_size[0]), int(image_size[1])) if image_size is not None else None
+        )
+        self.history, self.horizon, self.action_stride = history, horizon, action_stride
+        if action_window is not None and action_window < 2:
+            raise ValueError(f"action_window must span at least 2 frames, got {action_window}")
+        self.action_window = action_window
+        self.max_bad_fraction_per_episode = max_bad_fraction_per_episode
+        self._index = EpisodeIndex([e.total_frames for e in self.episodes])
+        self._frames = list(frames) if frames is not None else None
+        frame = self.recipe.frame
+        frame_keys = {frame} if frame and ":" not in frame else set()
+        keys = sorted(set(self.recipe.state.keys) | set(self.recipe.actions.keys) | frame_keys)
+        self._cache = EpisodeCache(self.episodes, keys, self._camera_reference, cache_episodes)
+        self._last_offset = max(off for _, off in self.recipe.actions.entries)
+        self._faults = EpisodeFaults(
+            [e.hash for e in self.episodes],
+            [e.total_frames for e in self.episodes],
+            max_bad_fraction=max_bad_fraction_per_episode,
+            describe=lambda episode: str(self.episodes[episode].path),
+        )
+
+    def __len__(self) -> int:
+        return len(self._frames) if self._frames is not None else len(self._index)
+
+    def locate(self, index: int) -> tuple[int, int]:
+        if self._frames is not None:
+            return self._frames[index]
+        return self._index.locate(index)
+
+    def _windows(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
+        """Frames of the state history and of the action steps (fractional when resampled)."""
+        history = frame + np.arange(1 - self.history, 1)
+        if self.action_window is not None:
+            return history, frame + np.linspace(0.0, self.action_window - 1, self.horizon)
+        return history, frame + np.arange(self.horizon) * self.action_stride
+
+    def _check_numeric(self, episode: int, frame: int, loaded: LoadedEpisode) -> None:
+        if not loaded.bad:
+            return
+        n = self.episodes[episode].total_frames
+        history, steps = self._windows(frame)
+        if self.recipe.frame in loaded.bad and loaded.bad[self.recipe.frame][0][frame]:
+            reason = loaded.bad[self.recipe.frame][1][frame]
+            raise SampleFault(
+                DataFault(self.episodes[episode].hash, self.recipe.frame, frame, reason)
+            )
+        for recipe, frames in ((self.recipe.state, history), (self.recipe.actions, steps)):
+            for key, idx in frames_of(recipe, frames, n).items():
+                if key in loaded.bad:
+                    mask, reasons = loaded.bad[key]
+                    hits = idx[mask[idx]]
+                    if len(hits):
+                        bad_frame = int(hits[0])
+                        fault = DataFault(
+                            self.episodes[episode].hash, key, bad_frame, reasons[bad_frame]
+                        )
+                        raise SampleFault(fault)
+
+    def _camera_reference(self, info: EpisodeInfo) -> np.ndarray | None:
+        """An episode's camera pose for `camera:` layout frames (None when the identity)."""
+        frame = self.recipe.frame or ""
+        if not frame.startswith("camera:"):
+            return None
+        pose = self.spec.camera_pose(info.attrs, frame.removeprefix("camera:"))
+        return None if np.array_equal(pose, [0.0, 0, 0, 1, 0, 0, 0]) else pose
+
+    def _reference(self, frame: int, loaded: LoadedEpisode) -> np.ndarray | None:
+        """The pose the sample's vectors are expressed in, if the layout has a frame."""
+        if not self.recipe.frame or self.recipe.frame.startswith("camera:"):
+            return loaded.fixed_reference
+        return loaded.arrays[self.recipe.frame][frame]
+
+    def numeric_sample(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """State (K, S), actions (T, A) and action mask (T,), without touching images.
+
+        Raises SampleFault when the window touches bad values.
+        """
+        episode, frame = self.locate(index)
+        return self._numeric(episode, frame, self._cache.get(episode))
+
+    def _numeric(
+        self, episode: int, frame: int, loaded: LoadedEpisode
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self._check_numeric(episode, frame, loaded)
+        n = self.episodes[episode].total_frames
+        history, steps = self._windows(frame)
+        reference = self._reference(frame, loaded)
+        state = assemble(self.recipe, self.recipe.state, loaded.arrays, history, reference)
+        actions = assemble(self.recipe, self.recipe.actions, loaded.arrays, steps, reference)
+        mask = steps + self._last_offset <= n - 1
+        mask[0] = True  # the first step always exists: at the very end it repeats the last
+        return state, actions, mask
+
+    def _build(self, index: int) -> Sample:
+        episode, frame = self.locate(index)
+        self._faults.check_not_dropped(episode, frame)
+        loaded = self._cache.get(episode)
+        state, actions, mask = self._numeric(episode, frame, loaded)
+        sample: Sample = {
+            "embodiment": self.spec.name,
+            "state": torch.from_numpy(state),
+            "actions": torch.from_numpy(actions),
+            "action_mask": torch.from_numpy(mask),
+            "prompt": prompt_at(loaded.annotations, frame),
+            "episode": self.episodes[episode].hash,
+            "frame": frame,
+        }
+        for camera in self.cameras:
+            try:
+                jpeg = loaded.reader.read_jpeg(camera, frame)
+                sample[f"images.{camera}"] = decode_jpeg(jpeg, self.image_size)
+            except Exception as exc:
+                hash_ = self.episodes[episode].hash
+                raise read_fault(hash_, f"images.{camera}", frame, exc) from exc
+        return sample
+
+    def __getitem__(self, index: int) -> Sample:
+        """The sample at `index`, or a stand-in for it; `faults` lists what was met on the way."""
+        faults: list[DataFault] = []
+        current = index
+        for attempt in range(1, _MAX_REPLACEMENTS + 1):
+            try:
+                sample = self._build(current)
+            except SampleFault as exc:
+                fault = self._faults.note(exc, self.locate(current)[0])
+                if fault is not None:
+                    faults.append(fault)
+                current = self._faults.replacement(
+                    index, attempt, len(self), lambda i: self.locate(i)[0]
+                )
+                continue
+            sample["faults"] = [f.to_dict() for f in faults]
+            return sample
+        raise NoValidSampleError(
+            f"no valid sample found in {_MAX_REPLACEMENTS} tries for sample {index} of "
+            f"{len(self)} ({len(self._faults.dropped)} of {len(self.episodes)} episodes dropped);"
+            " faults: "
+            + "; ".join(str(SampleFault(f)) for f in faults[:5])
+            + ". `polymimic-data validate ROOT --deep` lists every bad frame."
+        )

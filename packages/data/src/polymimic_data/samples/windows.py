@@ -1,0 +1,106 @@
+"""Which frames a sample reads, and its vectors assembled from them.
+
+History and action windows are clamped to the episode (repeat-last padding past its end);
+fractional frames interpolate (SLERP for quaternions); poses go into the layout's frame and
+rotation representation; a frame's prompt is the first annotation span covering it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from polymimic_data.embodiments.registry import LayoutRecipe, VectorRecipe
+from polymimic_data.episodes.resolver import EpisodeInfo
+from polymimic_data.geometry.poses import express_in, points_in_frame
+from polymimic_data.geometry.rotations import convert, slerp
+
+
+def frames_of(recipe: VectorRecipe, frames: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Integer frames each key is read at, clamped; both neighbours of fractional frames."""
+    if frames.dtype.kind == "f":
+        frames = np.concatenate([np.floor(frames), np.ceil(frames)]).astype(np.int64)
+    by_offset: dict[int, np.ndarray] = {}
+    for offset in {o for _, o in recipe.entries}:
+        shifted = frames + offset
+        by_offset[offset] = np.minimum(np.maximum(shifted, 0), n - 1)
+    return {key: by_offset[offset] for key, offset in recipe.entries}
+
+
+def read_at(values: np.ndarray, frames: np.ndarray, pose: bool) -> np.ndarray:
+    """Rows at (clamped) frames; fractional frames interpolate.
+
+    Linearly, and by SLERP for the quaternion of a pose.
+    """
+    n = len(values)
+    if frames.dtype.kind != "f":  # (np.clip costs more than the read itself)
+        return values[np.minimum(np.maximum(frames, 0), n - 1)].reshape(len(frames), -1)
+    frames = np.minimum(np.maximum(frames, 0), n - 1)
+    lo = np.floor(frames).astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    w = (frames - lo)[:, None]
+    a, b = values[lo].reshape(len(frames), -1), values[hi].reshape(len(frames), -1)
+    out = a * (1 - w) + b * w
+    if pose:
+        out[:, 3:7] = slerp(a[:, 3:7], b[:, 3:7], w[:, 0])
+    return out
+
+
+def assemble(
+    recipe: LayoutRecipe,
+    vector: VectorRecipe,
+    arrays: dict[str, np.ndarray],
+    frames: np.ndarray,
+    reference: np.ndarray | None,
+) -> np.ndarray:
+    """(len(frames), D) per the recipe (see LayoutRecipe).
+
+    Keys are read at frames + offsets, clamped to the episode; poses go into `reference`'s
+    frame and `recipe.rotation`.
+    """
+    parts: list[np.ndarray] = []
+    wrist: np.ndarray | None = None
+    for key, offset in vector.entries:
+        values = read_at(arrays[key], frames + offset, pose=key.endswith("_pose"))
+        if key.endswith("_pose") and (reference is not None or recipe.rotation != "quaternion"):
+            wrist = values
+            pose = express_in(reference, values) if reference is not None else values
+            parts += [pose[:, :3], convert(pose[:, 3:7], "quaternion", recipe.rotation)]
+        elif key.endswith("_keypoints") and wrist is not None:
+            points = points_in_frame(wrist, values.reshape(len(frames), -1, 3))
+            parts.append(points.reshape(len(frames), -1))
+        else:
+            wrist = values if key.endswith("_pose") else wrist
+            parts.append(values)
+    return np.concatenate(parts, axis=1, dtype=np.float32)
+
+
+def prompt_at(annotations: list[dict[str, Any]], frame: int) -> str:
+    """The text of the first span [start_idx, end_idx) covering `frame`, else ""."""
+    for span in annotations:
+        if int(span.get("start_idx", 0)) <= frame < int(span.get("end_idx", -1)):
+            return str(span.get("text", ""))
+    return ""
+
+
+def subsample_frames(
+    episodes: Sequence[EpisodeInfo], per_episode: int | str
+) -> list[tuple[int, int]]:
+    """Evenly spaced (episode, frame) pairs from each episode.
+
+    `per_episode="auto"` aims at about 1024 frames in all, at least one per episode.
+    """
+    if per_episode == "auto":
+        per_episode = max(1, math.ceil(1024 / max(len(episodes), 1)))
+    elif not isinstance(per_episode, int) or per_episode < 1:
+        raise ValueError(
+            f"frames per episode must be a positive integer or 'auto', got {per_episode!r}"
+        )
+    out: list[tuple[int, int]] = []
+    for i, ep in enumerate(episodes):
+        count = min(per_episode, ep.total_frames)
+        out += [(i, int(f)) for f in np.linspace(0, ep.total_frames - 1, count).round()]
+    return out
