@@ -8,8 +8,8 @@ import pytest
 
 from polymimic_data import EpisodeReader
 from polymimic_data.cli import main as cli
-from polymimic_data.episodes.corrections import _BACKUP, apply_correction
 from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.episodes.corrections import _BACKUP, apply_correction
 from polymimic_data.geometry.rotations import quat_to_matrix
 from polymimic_data.synthetic.episodes import generate_episode
 

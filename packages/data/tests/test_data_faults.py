@@ -14,8 +14,8 @@ import zarr
 from torch.utils.data import DataLoader
 
 from polymimic_data import EpisodeDataset, collate_samples, resolve_episodes
-from polymimic_data.samples.faults import BadDataError, DataFault, FaultLedger
 from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.samples.faults import BadDataError, DataFault, FaultLedger
 from polymimic_data.synthetic.episodes import generate_episode
 
 

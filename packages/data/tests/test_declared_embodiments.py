@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polymimic_data.samples.dataset import EpisodeDataset
 from polymimic_data.embodiments.declared import DECLARATION, DeclarationError, declare
 from polymimic_data.embodiments.registry import get_embodiment
 from polymimic_data.episodes.resolver import resolve_episodes, scan_episodes
-from polymimic_data.store.episode_store import write_episode
 from polymimic_data.lerobot.importer import joint_groups, parse_episodes
+from polymimic_data.samples.dataset import EpisodeDataset
+from polymimic_data.store.episode_store import write_episode
 
 
 def _declaration(name: str, width: int = 3, cameras=("top",)) -> dict:

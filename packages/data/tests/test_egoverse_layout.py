@@ -12,8 +12,8 @@ import torch
 
 from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
 from polymimic_data.cli import main as cli
-from polymimic_data.synthetic.egoverse_layout import padded_length, write_egoverse_episode
 from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.synthetic.egoverse_layout import padded_length, write_egoverse_episode
 from polymimic_data.synthetic.episodes import generate_episode
 
 FRAMES = 130  # padded to 200, as EgoVerse pads to a multiple of 100

@@ -15,12 +15,12 @@ import pytest
 import simplejpeg
 
 from polymimic_data.cli import main as cli
-from polymimic_data.samples.dataset import EpisodeDataset
 from polymimic_data.episodes.resolver import resolve_episodes
-from polymimic_data.store.episode_store import INCOMPLETE_PREFIX, EpisodeReader
 from polymimic_data.lerobot.importer import import_lerobot
 from polymimic_data.lerobot.source import LeRobotFormatError, LeRobotSource
+from polymimic_data.samples.dataset import EpisodeDataset
 from polymimic_data.samples.normalization import compute_norm_stats
+from polymimic_data.store.episode_store import INCOMPLETE_PREFIX, EpisodeReader
 from polymimic_data.synthetic.lerobot_format import write_lerobot_dataset
 
 LENGTHS = [20, 26]

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from polymimic_data import EpisodeDataset, Normalizer, load_or_compute_norm_stats, resolve_episodes
-from polymimic_data.samples import normalization as norm_module
 from polymimic_data.geometry.layouts import layout_from_widths
+from polymimic_data.samples import normalization as norm_module
 from polymimic_data.samples.normalization import NormStats, VectorStats
 
 

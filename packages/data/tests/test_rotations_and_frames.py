@@ -9,10 +9,15 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.spatial.transform import Rotation, Slerp
 
-from polymimic_data.geometry import rotations as rot
-from polymimic_data.samples.windows import assemble
 from polymimic_data.embodiments.registry import get_embodiment
-from polymimic_data.geometry.poses import express_in, matrix_to_pose, points_in_frame, pose_to_matrix
+from polymimic_data.geometry import rotations as rot
+from polymimic_data.geometry.poses import (
+    express_in,
+    matrix_to_pose,
+    points_in_frame,
+    pose_to_matrix,
+)
+from polymimic_data.samples.windows import assemble
 from polymimic_data.synthetic.hand_keypoints import hand_keypoints_in_reference
 
 finite = st.floats(-1.0, 1.0, allow_nan=False, width=64)

@@ -10,8 +10,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polymimic_data.geometry import layout_from_widths
-from polymimic_data.geometry import convert, euler_to_matrix, matrix_to_quat, quat_to_matrix
+from polymimic_data.geometry import (
+    convert,
+    euler_to_matrix,
+    layout_from_widths,
+    matrix_to_quat,
+    quat_to_matrix,
+)
 from polymimic_eval.group_metrics import group_metrics, step_errors
 
 B, T = 3, 5

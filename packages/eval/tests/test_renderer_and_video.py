@@ -10,8 +10,7 @@ import pytest
 from PIL import Image
 
 from polymimic_data.embodiments import CameraIntrinsics
-from polymimic_data.geometry import get_layout, layout_from_widths
-from polymimic_data.geometry import convert, euler_to_matrix
+from polymimic_data.geometry import convert, euler_to_matrix, get_layout, layout_from_widths
 from polymimic_eval import (
     layout_points,
     plot_step_errors,

@@ -37,6 +37,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def inspect(roots: Sequence[str]) -> int:
+    """Print a table of the episodes under `roots`, then totals per embodiment; 1 if none."""
     rows, totals = [], defaultdict(lambda: [0, 0, 0.0])
     for root in roots:
         for path, kind in walk_root(Path(root)):
@@ -86,6 +87,11 @@ def validate(
     deep: bool,
     workers: int | None = None,
 ) -> int:
+    """Check the episodes under `roots` that match `filters`; 1 if any is bad or none match.
+
+    `episodes`: hashes that must all be present. `deep` also checks every numeric value and
+    every JPEG, on `workers` threads. Every bad episode is listed, not only the first.
+    """
     try:
         scan = scan_episodes(roots, filters=filters, episodes=episodes)
     except FileNotFoundError as exc:
@@ -138,6 +144,7 @@ def _parse_filters(items: Sequence[str], embodiment: str | None) -> dict[str, An
 
 
 def import_lerobot_command(args: argparse.Namespace) -> int:
+    """`polymimic-data import-lerobot`: 2, with the reason, if the dataset cannot be imported."""
     from polymimic_data.embodiments.declared import DeclarationError
     from polymimic_data.lerobot.importer import import_lerobot, parse_episodes
     from polymimic_data.lerobot.source import LeRobotFormatError
@@ -163,6 +170,7 @@ def import_lerobot_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `polymimic-data` command line; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="polymimic-data", description=(__doc__ or "").splitlines()[0]
     )

@@ -17,6 +17,12 @@ import numpy as np
 
 
 class GradNormStats:
+    """The median, MAD and spike count of the last `window` gradient norms.
+
+    Non-finite norms are counted apart and kept out of the window; `state_dict` and
+    `load_state_dict` carry the window and counts across a resume.
+    """
+
     def __init__(self, window: int = 200, k: float = 6.0, min_history: int = 20) -> None:
         if window < 2 or min_history < 2 or min_history > window or k <= 0:
             raise ValueError(

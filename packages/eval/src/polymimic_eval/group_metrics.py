@@ -15,8 +15,7 @@ import math
 import numpy as np
 import torch
 
-from polymimic_data.geometry import ChannelGroup, Layout
-from polymimic_data.geometry import geodesic_angle, to_matrix
+from polymimic_data.geometry import ChannelGroup, Layout, geodesic_angle, to_matrix
 from polymimic_eval.array_types import numpy_or_torch
 
 ROTATION_KINDS = {"quaternion": "quaternion", "euler": "euler", "rot6d": "rot6d"}

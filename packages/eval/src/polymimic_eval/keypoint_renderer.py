@@ -24,8 +24,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from polymimic_data.embodiments import CameraIntrinsics
-from polymimic_data.geometry import Layout
-from polymimic_data.geometry import to_matrix
+from polymimic_data.geometry import Layout, to_matrix
 
 TRUE_COLOUR = (40, 230, 40)
 PRED_COLOUR = (240, 40, 200)

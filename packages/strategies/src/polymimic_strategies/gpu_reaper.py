@@ -28,6 +28,8 @@ QUERY_APPS = [
 
 @dataclass(frozen=True)
 class GpuProcess:
+    """A process holding memory on a GPU, as nvidia-smi lists it."""
+
     pid: int
     gpu_uuid: str
     used_mib: int

@@ -54,6 +54,7 @@ def _check(declaration: Mapping[str, Any]) -> None:
 
 
 def layout_name(declaration: Mapping[str, Any]) -> str:
+    """The name of the one layout a declaration registers: `<name>_joints`."""
     return f"{declaration['name']}_joints"
 
 

@@ -72,6 +72,12 @@ class CameraIntrinsics:
 
 @dataclass(frozen=True)
 class Embodiment:
+    """One embodiment: its store keys, cameras, fps and the layouts it can produce.
+
+    `recipes` say how each layout is made from the store keys. `intrinsics` and `extrinsics`
+    are the defaults for an episode whose attributes carry none of its own.
+    """
+
     name: str
     family: str  # "robot" or "human"
     numeric_keys: tuple[str, ...]
@@ -140,6 +146,7 @@ _REGISTRY: dict[str, Embodiment] = {}
 
 
 def register_embodiment(embodiment: Embodiment) -> Embodiment:
+    """Add an embodiment; an error if its name is taken or a recipe reads keys it lacks."""
     key = embodiment.name.lower()
     if key in _REGISTRY:
         raise ValueError(f"embodiment {embodiment.name!r} is already registered")
@@ -166,6 +173,7 @@ def get_embodiment(name: str) -> Embodiment:
 
 
 def registered_embodiments() -> list[str]:
+    """The names of the registered embodiments, sorted."""
     return sorted(_REGISTRY)
 
 

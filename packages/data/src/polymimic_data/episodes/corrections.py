@@ -38,6 +38,8 @@ _BACKUP = f"{INCOMPLETE_PREFIX}backup-"
 
 @dataclass(frozen=True)
 class Correction:
+    """A named fix of some keys, for the episodes of the embodiments it applies to."""
+
     name: str
     embodiments: frozenset[str]
     keys: tuple[str, ...]
@@ -62,6 +64,8 @@ CORRECTIONS = {
 
 @dataclass(frozen=True)
 class CorrectionResult:
+    """What a correction did to one episode, or why it skipped it."""
+
     episode: str
     action: str  # "corrected", "would correct", "already applied", "not applicable", "skipped"
     path: Path | None = None

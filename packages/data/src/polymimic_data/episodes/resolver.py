@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EpisodeInfo:
+    """One resolved episode: its folder, hash, embodiment, frame count and attributes."""
+
     path: Path
     hash: str
     embodiment: str
@@ -275,6 +277,14 @@ def scan_episodes(
     return scan
 
 
+def _log_resolved(
+    found: Sequence[EpisodeInfo], roots: Sequence[Path], filters: Mapping[str, Any], how: str
+) -> None:
+    """One line per resolve (a run's log shows how often it resolves, and what)."""
+    where = ", ".join(str(r) for r in roots)
+    log.info("resolved %d episodes under %s (%s, %s)", len(found), where, filters or "all", how)
+
+
 def resolve_episodes(
     roots: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
@@ -312,6 +322,7 @@ def resolve_episodes(
             problems = [(where, why) for where, why in problems if why]
             if problems:
                 raise EpisodeValidationError(problems)
+            _log_resolved(found, root_list, filters, "cached")
             return found
     scan = scan_episodes(root_list, filters=filters, episodes=episodes)
     for where, why in scan.warnings:
@@ -340,4 +351,5 @@ def resolve_episodes(
                 ],
             },
         )
+    _log_resolved(scan.episodes, root_list, filters, "scanned")
     return scan.episodes

@@ -147,6 +147,7 @@ def get_layout(name: str) -> Layout:
 
 
 def register_layout(layout: Layout) -> Layout:
+    """Add a layout; the same one again is a no-op, a different one under its name an error."""
     if layout.name in _LAYOUTS and _LAYOUTS[layout.name] != layout:
         raise ValueError(f"a different layout named {layout.name!r} is already registered")
     _LAYOUTS[layout.name] = layout

@@ -18,6 +18,7 @@ def pose_to_matrix(pose: np.ndarray) -> np.ndarray:
 
 
 def matrix_to_pose(m: np.ndarray) -> np.ndarray:
+    """(..., 4, 4) homogeneous transforms to (..., 7) poses: the inverse of pose_to_matrix."""
     return np.concatenate([m[..., :3, 3], matrix_to_quat(m[..., :3, :3])], -1)
 
 

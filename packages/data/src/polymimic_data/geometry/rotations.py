@@ -16,6 +16,7 @@ _EPS = 1e-12
 
 
 def quat_to_matrix(q: np.ndarray) -> np.ndarray:
+    """(..., 4) quaternions, normalised first, to (..., 3, 3) rotation matrices."""
     q = np.asarray(q, dtype=np.float64)
     q = q / np.maximum(np.linalg.norm(q, axis=-1, keepdims=True), _EPS)
     w, x, y, z = np.moveaxis(q, -1, 0)
@@ -159,10 +160,12 @@ def _converter(
 
 
 def to_matrix(values: np.ndarray, representation: str) -> np.ndarray:
+    """Rotations in `representation` to (..., 3, 3) matrices."""
     return _converter(_TO_MATRIX, representation)(values)
 
 
 def from_matrix(m: np.ndarray, representation: str) -> np.ndarray:
+    """(..., 3, 3) rotation matrices to `representation` (`matrix`: flattened to 9)."""
     return _converter(_FROM_MATRIX, representation)(m)
 
 

@@ -142,6 +142,8 @@ def _spans(task_index: np.ndarray, tasks: dict[int, str]) -> list[tuple[str, int
 
 @dataclass
 class ImportReport:
+    """What an import did: episodes written and skipped (already there), frames, seconds."""
+
     written: list[Path] = field(default_factory=list)
     skipped: list[Path] = field(default_factory=list)
     frames: int = 0
@@ -150,6 +152,7 @@ class ImportReport:
 
 
 def episode_path(dest: Path, source: LeRobotSource, index: int) -> Path:
+    """The folder episode `index` of `source` is written to under `dest`."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", source.root.resolve().name)
     return dest / f"lerobot-{slug}-ep{index:06d}{EPISODE_SUFFIX}"
 

@@ -17,6 +17,8 @@ from polymimic_data.store.episode_store import EpisodeReader
 
 @dataclass
 class LoadedEpisode:
+    """One cached episode: its reader, numeric arrays, annotations and bad frames."""
+
     reader: EpisodeReader
     arrays: dict[str, np.ndarray]
     annotations: list[dict[str, Any]]

@@ -28,6 +28,8 @@ EPISODE_DROPPED = "episode dropped"
 
 @dataclass(frozen=True)
 class DataFault:
+    """One piece of bad data: the episode, key and frame it is at, and why it is bad."""
+
     episode: str
     key: str
     frame: int

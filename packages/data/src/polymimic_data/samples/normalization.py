@@ -59,6 +59,8 @@ class VectorStats:
 
 @dataclass(frozen=True)
 class NormStats:
+    """The statistics of state and of actions, as a Normalizer applies them."""
+
     state: VectorStats
     actions: VectorStats
 

@@ -347,5 +347,6 @@ class EpisodeReader:
 
 
 def episode_hash(path: str | os.PathLike[str]) -> str:
+    """An episode's hash: its folder's name without the `.zarr` suffix."""
     name = Path(path).name
     return name[: -len(EPISODE_SUFFIX)] if name.endswith(EPISODE_SUFFIX) else name

@@ -43,6 +43,7 @@ class ChunkFileError(ValueError):
 
 
 def strip_crc32c(data: bytes) -> bytes:
+    """A chunk's bytes without their trailing crc32c checksum, once it is verified."""
     if len(data) < 4:
         raise ValueError("too short to hold its crc32c checksum")
     body, (stored,) = data[:-4], _U32.unpack_from(data, len(data) - 4)
@@ -142,6 +143,7 @@ def chunk_key(meta: dict[str, Any], index: int) -> str:
 
 
 def pread(path: Path, offset: int, size: int) -> bytes:
+    """`size` bytes of `path` at `offset`; a whole-file ChunkFileError if missing or short."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -158,6 +160,7 @@ def pread(path: Path, offset: int, size: int) -> bytes:
 
 
 def file_size(path: Path) -> int:
+    """The size of `path` in bytes; a whole-file ChunkFileError if it is missing."""
     try:
         return path.stat().st_size
     except FileNotFoundError:

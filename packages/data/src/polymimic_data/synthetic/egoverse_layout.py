@@ -35,6 +35,7 @@ ROWS_PER_CHUNK = 100
 
 
 def padded_length(frames: int) -> int:
+    """`frames` rounded up to a multiple of PAD_TO, the length EgoVerse pads arrays to."""
     return -(-frames // PAD_TO) * PAD_TO
 
 

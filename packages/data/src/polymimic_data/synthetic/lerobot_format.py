@@ -443,6 +443,286 @@ def _flat_stats(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
     }
 
 
+def _check_arguments(
+    root: Path,
+    *,
+    episodes: int,
+    frames: int | Sequence[int],
+    tasks: Sequence[str],
+    video: bool,
+    vcodec: str,
+    image_format: str,
+    episodes_per_file: int | None,
+) -> tuple[list[int], int]:
+    """Each episode's length and the episodes per file, once the arguments are checked."""
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise FileExistsError(f"{root} exists and is not an empty directory")
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1: {episodes}")
+    lengths = [frames] * episodes if isinstance(frames, int) else list(frames)
+    if len(lengths) != episodes or min(lengths) < 1:
+        raise ValueError(f"frames must be one length >= 1 or {episodes} of them: {frames!r}")
+    if not tasks:
+        raise ValueError("at least one task is needed")
+    if video and vcodec not in VIDEO_CODECS:
+        raise ValueError(f"vcodec must be one of {VIDEO_CODECS}, not {vcodec!r}")
+    if image_format not in ("png", "jpeg"):
+        raise ValueError(f"image_format must be 'png' or 'jpeg', not {image_format!r}")
+    per_file = episodes if episodes_per_file is None else episodes_per_file
+    if per_file < 1:
+        raise ValueError(f"episodes_per_file must be >= 1: {episodes_per_file}")
+    return lengths, per_file
+
+
+def _episode_truths(
+    lengths: Sequence[int],
+    tasks: Sequence[str],
+    motors: Sequence[str],
+    camera_keys: Sequence[str],
+    height: int,
+    width: int,
+    seed: int,
+) -> tuple[list[LeRobotEpisodeTruth], list[str]]:
+    """Every episode's states, actions, frames and tasks, and the tasks in order of first use.
+
+    States are a random walk from a random start, actions the next state plus noise, all drawn
+    from one generator seeded with `seed`, episode by episode.
+    """
+    rng = np.random.default_rng(seed)
+    task_list: list[str] = []
+    truths: list[LeRobotEpisodeTruth] = []
+    motor_count = len(motors)
+    for episode, length in enumerate(lengths):
+        task = tasks[episode % len(tasks)]
+        if task not in task_list:
+            task_list.append(task)
+        start = rng.uniform(-0.5, 0.5, motor_count)
+        state = start + np.cumsum(rng.normal(0.0, 0.02, (length, motor_count)), axis=0)
+        action = np.concatenate([state[1:], state[-1:]]) + rng.normal(0.0, 0.005, state.shape)
+        truths.append(
+            LeRobotEpisodeTruth(
+                episode_index=episode,
+                state=state.astype(np.float32),
+                action=action.astype(np.float32),
+                frames={
+                    key: render_frames(length, episode, c, height, width)
+                    for c, key in enumerate(camera_keys)
+                },
+                tasks=[task] * length,
+                task_index=np.full(length, task_list.index(task), np.int64),
+            )
+        )
+    return truths, task_list
+
+
+def _episode_stats(
+    truth: LeRobotEpisodeTruth,
+    columns: dict[str, Any],
+    features: dict[str, dict[str, Any]],
+    quantiles: bool,
+) -> dict[str, dict[str, np.ndarray]]:
+    """One episode's stats of every feature: cameras from their frames, the rest per channel."""
+    stats: dict[str, dict[str, np.ndarray]] = {}
+    for key in features:
+        if key in truth.frames:
+            stats[key] = _image_stats(truth.frames[key], quantiles)
+        else:
+            values = np.asarray(columns[key])
+            stats[key] = _stats(values.reshape(truth.length, -1), quantiles)
+    return stats
+
+
+def _episode_row(
+    truth: LeRobotEpisodeTruth, chunk_index: int, file_index: int, first_index: int
+) -> dict[str, Any]:
+    """An episode's meta/episodes row up to its data file and frame range (videos follow)."""
+    return {
+        "episode_index": truth.episode_index,
+        "tasks": sorted(set(truth.tasks)),
+        "length": truth.length,
+        "data/chunk_index": chunk_index,
+        "data/file_index": file_index,
+        "dataset_from_index": first_index,
+        "dataset_to_index": first_index + truth.length,
+    }
+
+
+def _write_data_file(path: Path, tables: list[pa.Table], schema: pa.Schema, flavor: Flavor) -> None:
+    """A data parquet of its episodes' tables: one row group each, or one in all if converted."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(path, schema, compression="snappy", use_dictionary=True) as writer:
+        if flavor == "converted-v2.1":  # pandas wrote the concatenation at once
+            writer.write_table(pa.concat_tables(tables))
+        else:
+            for table in tables:  # lerobot writes one row group per episode
+                writer.write_table(table)
+
+
+def _write_camera_video(
+    path: Path,
+    workdir: Path,
+    key: str,
+    group: Sequence[LeRobotEpisodeTruth],
+    fps: int,
+    vcodec: str,
+) -> list[tuple[float, float]]:
+    """One camera's video file of `group`: each episode its own mp4, then concatenated.
+
+    Returns each episode's from and to timestamps in the file, running sums of the episode
+    videos' durations as lerobot keeps them.
+    """
+    parts: list[Path] = []
+    spans: list[tuple[float, float]] = []
+    timestamp = 0.0
+    for truth in group:
+        part = workdir / f"{key}-episode-{truth.episode_index:06d}.mp4"
+        _encode_episode(part, truth.frames[key], fps, vcodec)
+        duration = _duration_s(part)
+        spans.append((timestamp, timestamp + duration))
+        timestamp += duration
+        parts.append(part)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _concatenate(parts, path, workdir)
+    return spans
+
+
+def _write_files(
+    root: Path,
+    truths: Sequence[LeRobotEpisodeTruth],
+    *,
+    per_file: int,
+    chunks_size: int,
+    camera_keys: Sequence[str],
+    features: dict[str, dict[str, Any]],
+    video: bool,
+    vcodec: str,
+    fps: int,
+    image_format: str,
+    flavor: Flavor,
+) -> tuple[list[dict[str, Any]], list[dict[str, dict[str, np.ndarray]]]]:
+    """The data files and video files, `per_file` episodes each, chunk by chunk.
+
+    Returns each episode's meta/episodes row so far and its stats. Puts the `info` block of
+    the first video file of each camera on its feature in `features`.
+    """
+    schema = _data_schema(features, flavor)
+    quantiles = flavor != "converted-v2.1"
+    rows: list[dict[str, Any]] = []
+    episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
+    chunk_index, file_index = 0, 0
+    first_index = 0
+    with tempfile.TemporaryDirectory(prefix="synthetic_lerobot_") as tmp:
+        workdir = Path(tmp)
+        for first in range(0, len(truths), per_file):
+            group = truths[first : first + per_file]
+            tables: list[pa.Table] = []
+            for truth in group:
+                columns = _episode_columns(
+                    truth, camera_keys, video, first_index, fps, image_format
+                )
+                tables.append(_to_table(columns, schema))
+                episode_stats.append(_episode_stats(truth, columns, features, quantiles))
+                rows.append(_episode_row(truth, chunk_index, file_index, first_index))
+                first_index += truth.length
+            data_path = root / DATA_PATH.format(chunk_index=chunk_index, file_index=file_index)
+            _write_data_file(data_path, tables, schema, flavor)
+            for key in camera_keys if video else ():
+                video_path = root / VIDEO_PATH.format(
+                    video_key=key, chunk_index=chunk_index, file_index=file_index
+                )
+                spans = _write_camera_video(video_path, workdir, key, group, fps, vcodec)
+                for truth, (from_timestamp, to_timestamp) in zip(group, spans, strict=True):
+                    rows[truth.episode_index] |= {
+                        f"videos/{key}/chunk_index": chunk_index,
+                        f"videos/{key}/file_index": file_index,
+                        f"videos/{key}/from_timestamp": from_timestamp,
+                        f"videos/{key}/to_timestamp": to_timestamp,
+                    }
+                if first == 0:
+                    features[key]["info"] = _video_info(video_path, fps, vcodec, flavor)
+            chunk_index, file_index = _next_file(chunk_index, file_index, chunks_size)
+    return rows, episode_stats
+
+
+def _write_episodes(
+    root: Path,
+    rows: list[dict[str, Any]],
+    episode_stats: list[dict[str, dict[str, np.ndarray]]],
+    flavor: Flavor,
+) -> None:
+    """meta/episodes: each row with its stats, in row groups of lerobot's metadata buffer."""
+    for row, stats in zip(rows, episode_stats, strict=True):
+        row |= _flat_stats(stats)
+        row |= {"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0}
+    if flavor == "converted-v2.1":  # the converter's merge order
+        first_keys = ["episode_index", "data/chunk_index", "data/file_index"]
+        first_keys += ["dataset_from_index", "dataset_to_index"]
+        first_keys += sorted(k for k in rows[0] if k.startswith("videos/"))
+        first_keys += ["tasks", "length"]
+        rows = [{k: row[k] for k in first_keys} | row for row in rows]
+    episodes_path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
+    episodes_path.parent.mkdir(parents=True)
+    step = len(rows) if flavor == "converted-v2.1" else _EPISODES_PER_ROW_GROUP
+    batches = [pa.Table.from_pylist(rows[i : i + step]) for i in range(0, len(rows), step)]
+    with pq.ParquetWriter(
+        episodes_path, batches[0].schema, compression="snappy", use_dictionary=True
+    ) as writer:
+        for batch in batches:
+            writer.write_table(batch.cast(batches[0].schema))
+
+
+def _info(
+    *,
+    flavor: Flavor,
+    fps: int,
+    features: dict[str, dict[str, Any]],
+    episodes: int,
+    total_frames: int,
+    total_tasks: int,
+    chunks_size: int,
+    video: bool,
+    robot_type: str | None,
+) -> dict[str, Any]:
+    """meta/info.json, its keys in the order the flavour's writer puts them."""
+    total = {
+        "total_episodes": episodes,
+        "total_frames": total_frames,
+        "total_tasks": total_tasks,
+    }
+    files = {
+        "chunks_size": chunks_size,
+        "data_files_size_in_mb": DATA_FILES_SIZE_IN_MB,
+        "video_files_size_in_mb": VIDEO_FILES_SIZE_IN_MB,
+    }
+    paths = {"data_path": DATA_PATH, "video_path": VIDEO_PATH if video else None}
+    splits = {"splits": {"train": f"0:{episodes}"}}
+    info: dict[str, Any]
+    if flavor == "lerobot-0.6":  # dataclasses.asdict(DatasetInfo)
+        info = {"codebase_version": CODEBASE_VERSION, "fps": fps, "features": features}
+        info |= total | files | paths | {"robot_type": robot_type} | splits
+    elif flavor == "converted-v2.1":  # the v2.1 info.json, edited in place
+        info = {"codebase_version": CODEBASE_VERSION, "robot_type": robot_type} | total
+        info |= {"chunks_size": chunks_size, "fps": fps} | splits | paths
+        info |= {"features": features} | {k: v for k, v in files.items() if k != "chunks_size"}
+    else:  # create_empty_dataset_info
+        info = {"codebase_version": CODEBASE_VERSION, "robot_type": robot_type} | total
+        info |= files | {"fps": fps} | splits | paths | {"features": features}
+    return info
+
+
+def _aggregated_stats(
+    episode_stats: list[dict[str, dict[str, np.ndarray]]],
+) -> dict[str, dict[str, Any]]:
+    """meta/stats.json: every feature's stats over all episodes, as lists."""
+    return {
+        key: {
+            name: value.tolist()
+            for name, value in _aggregate([s[key] for s in episode_stats]).items()
+        }
+        for key in episode_stats[0]
+    }
+
+
 def write_lerobot_dataset(
     root: str | Path,
     *,
@@ -476,175 +756,50 @@ def write_lerobot_dataset(
     (variable-length lists, `names: {"motors": [...]}`, `fps` on features, no quantiles).
     """
     root = Path(root)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise FileExistsError(f"{root} exists and is not an empty directory")
-    if episodes < 1:
-        raise ValueError(f"episodes must be >= 1: {episodes}")
-    lengths = [frames] * episodes if isinstance(frames, int) else list(frames)
-    if len(lengths) != episodes or min(lengths) < 1:
-        raise ValueError(f"frames must be one length >= 1 or {episodes} of them: {frames!r}")
-    if not tasks:
-        raise ValueError("at least one task is needed")
-    if video and vcodec not in VIDEO_CODECS:
-        raise ValueError(f"vcodec must be one of {VIDEO_CODECS}, not {vcodec!r}")
-    if image_format not in ("png", "jpeg"):
-        raise ValueError(f"image_format must be 'png' or 'jpeg', not {image_format!r}")
+    lengths, per_file = _check_arguments(
+        root,
+        episodes=episodes,
+        frames=frames,
+        tasks=tasks,
+        video=video,
+        vcodec=vcodec,
+        image_format=image_format,
+        episodes_per_file=episodes_per_file,
+    )
     motors = list(ALOHA_MOTORS if motor_names is None else motor_names)
     camera_keys = [IMAGE_PREFIX + camera for camera in cameras]
-    per_file = episodes if episodes_per_file is None else episodes_per_file
-    if per_file < 1:
-        raise ValueError(f"episodes_per_file must be >= 1: {episodes_per_file}")
-    quantiles = flavor != "converted-v2.1"
-
-    rng = np.random.default_rng(seed)
-    task_list: list[str] = []
-    truths: list[LeRobotEpisodeTruth] = []
-    for episode, length in enumerate(lengths):
-        task = tasks[episode % len(tasks)]
-        if task not in task_list:
-            task_list.append(task)
-        start = rng.uniform(-0.5, 0.5, len(motors))
-        state = start + np.cumsum(rng.normal(0.0, 0.02, (length, len(motors))), axis=0)
-        action = np.concatenate([state[1:], state[-1:]]) + rng.normal(0.0, 0.005, state.shape)
-        truths.append(
-            LeRobotEpisodeTruth(
-                episode_index=episode,
-                state=state.astype(np.float32),
-                action=action.astype(np.float32),
-                frames={
-                    key: render_frames(length, episode, c, height, width)
-                    for c, key in enumerate(camera_keys)
-                },
-                tasks=[task] * length,
-                task_index=np.full(length, task_list.index(task), np.int64),
-            )
-        )
-
+    truths, task_list = _episode_truths(lengths, tasks, motors, camera_keys, height, width, seed)
     features = _features(motors, camera_keys, height, width, video, fps, flavor)
-    schema = _data_schema(features, flavor)
     root.mkdir(parents=True, exist_ok=True)
     (root / "meta").mkdir()
-    rows: list[dict[str, Any]] = []
-    episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
-    chunk_index, file_index = 0, 0
-    first_index = 0
-    with tempfile.TemporaryDirectory(prefix="synthetic_lerobot_") as tmp:
-        workdir = Path(tmp)
-        for first in range(0, episodes, per_file):
-            group = truths[first : first + per_file]
-            data_path = root / DATA_PATH.format(chunk_index=chunk_index, file_index=file_index)
-            data_path.parent.mkdir(parents=True, exist_ok=True)
-            tables: list[pa.Table] = []
-            for truth in group:
-                columns = _episode_columns(
-                    truth, camera_keys, video, first_index, fps, image_format
-                )
-                tables.append(_to_table(columns, schema))
-                stats: dict[str, dict[str, np.ndarray]] = {}
-                for key in features:
-                    if key in truth.frames:
-                        stats[key] = _image_stats(truth.frames[key], quantiles)
-                    else:
-                        values = np.asarray(columns[key])
-                        stats[key] = _stats(values.reshape(truth.length, -1), quantiles)
-                episode_stats.append(stats)
-                rows.append(
-                    {
-                        "episode_index": truth.episode_index,
-                        "tasks": sorted(set(truth.tasks)),
-                        "length": truth.length,
-                        "data/chunk_index": chunk_index,
-                        "data/file_index": file_index,
-                        "dataset_from_index": first_index,
-                        "dataset_to_index": first_index + truth.length,
-                    }
-                )
-                first_index += truth.length
-            with pq.ParquetWriter(
-                data_path, schema, compression="snappy", use_dictionary=True
-            ) as writer:
-                if flavor == "converted-v2.1":  # pandas wrote the concatenation at once
-                    writer.write_table(pa.concat_tables(tables))
-                else:
-                    for table in tables:  # lerobot writes one row group per episode
-                        writer.write_table(table)
-            if video:
-                for key in camera_keys:
-                    parts: list[Path] = []
-                    timestamp = 0.0
-                    for truth in group:
-                        part = workdir / f"{key}-episode-{truth.episode_index:06d}.mp4"
-                        _encode_episode(part, truth.frames[key], fps, vcodec)
-                        duration = _duration_s(part)
-                        rows[truth.episode_index] |= {
-                            f"videos/{key}/chunk_index": chunk_index,
-                            f"videos/{key}/file_index": file_index,
-                            f"videos/{key}/from_timestamp": timestamp,
-                            f"videos/{key}/to_timestamp": timestamp + duration,
-                        }
-                        timestamp += duration
-                        parts.append(part)
-                    video_path = root / VIDEO_PATH.format(
-                        video_key=key, chunk_index=chunk_index, file_index=file_index
-                    )
-                    video_path.parent.mkdir(parents=True, exist_ok=True)
-                    _concatenate(parts, video_path, workdir)
-                    if first == 0:
-                        features[key]["info"] = _video_info(video_path, fps, vcodec, flavor)
-            chunk_index, file_index = _next_file(chunk_index, file_index, chunks_size)
-
-    for row, stats in zip(rows, episode_stats, strict=True):
-        row |= _flat_stats(stats)
-        row |= {"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0}
-    if flavor == "converted-v2.1":  # the converter's merge order
-        first_keys = ["episode_index", "data/chunk_index", "data/file_index"]
-        first_keys += ["dataset_from_index", "dataset_to_index"]
-        first_keys += sorted(k for k in rows[0] if k.startswith("videos/"))
-        first_keys += ["tasks", "length"]
-        rows = [{k: row[k] for k in first_keys} | row for row in rows]
-    episodes_path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
-    episodes_path.parent.mkdir(parents=True)
-    step = len(rows) if flavor == "converted-v2.1" else _EPISODES_PER_ROW_GROUP
-    batches = [pa.Table.from_pylist(rows[i : i + step]) for i in range(0, len(rows), step)]
-    with pq.ParquetWriter(
-        episodes_path, batches[0].schema, compression="snappy", use_dictionary=True
-    ) as writer:
-        for batch in batches:
-            writer.write_table(batch.cast(batches[0].schema))
-
+    rows, episode_stats = _write_files(
+        root,
+        truths,
+        per_file=per_file,
+        chunks_size=chunks_size,
+        camera_keys=camera_keys,
+        features=features,
+        video=video,
+        vcodec=vcodec,
+        fps=fps,
+        image_format=image_format,
+        flavor=flavor,
+    )
+    _write_episodes(root, rows, episode_stats, flavor)
     _write_tasks(root, task_list, flavor)
-    total = {
-        "total_episodes": episodes,
-        "total_frames": sum(lengths),
-        "total_tasks": len(task_list),
-    }
-    files = {
-        "chunks_size": chunks_size,
-        "data_files_size_in_mb": DATA_FILES_SIZE_IN_MB,
-        "video_files_size_in_mb": VIDEO_FILES_SIZE_IN_MB,
-    }
-    paths = {"data_path": DATA_PATH, "video_path": VIDEO_PATH if video else None}
-    splits = {"splits": {"train": f"0:{episodes}"}}
-    info: dict[str, Any]
-    if flavor == "lerobot-0.6":  # dataclasses.asdict(DatasetInfo)
-        info = {"codebase_version": CODEBASE_VERSION, "fps": fps, "features": features}
-        info |= total | files | paths | {"robot_type": robot_type} | splits
-    elif flavor == "converted-v2.1":  # the v2.1 info.json, edited in place
-        info = {"codebase_version": CODEBASE_VERSION, "robot_type": robot_type} | total
-        info |= {"chunks_size": chunks_size, "fps": fps} | splits | paths
-        info |= {"features": features} | {k: v for k, v in files.items() if k != "chunks_size"}
-    else:  # create_empty_dataset_info
-        info = {"codebase_version": CODEBASE_VERSION, "robot_type": robot_type} | total
-        info |= files | {"fps": fps} | splits | paths | {"features": features}
+    info = _info(
+        flavor=flavor,
+        fps=fps,
+        features=features,
+        episodes=episodes,
+        total_frames=sum(lengths),
+        total_tasks=len(task_list),
+        chunks_size=chunks_size,
+        video=video,
+        robot_type=robot_type,
+    )
     _write_json(root / INFO_PATH, info)
-    aggregated = {
-        key: {
-            name: value.tolist()
-            for name, value in _aggregate([s[key] for s in episode_stats]).items()
-        }
-        for key in episode_stats[0]
-    }
-    _write_json(root / STATS_PATH, aggregated)
+    _write_json(root / STATS_PATH, _aggregated_stats(episode_stats))
     return truths
 
 
