@@ -23,8 +23,7 @@ import torch
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from loader import per_sample_figures, root_dataset
 
-from polymimic_data.lerobot import import_lerobot
-from polymimic_data.lerobot import LeRobotSource
+from polymimic_data.lerobot import LeRobotSource, import_lerobot
 from polymimic_data.synthetic import write_lerobot_dataset
 
 emit = figure_printer("lerobot_import")

@@ -35,8 +35,8 @@ from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from torch.utils.data import DataLoader
 
 from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
-from polymimic_data.samples import make_dataloader, tune_worker_allocator
 from polymimic_data.embodiments import get_embodiment
+from polymimic_data.samples import make_dataloader, tune_worker_allocator
 from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
 
 emit = figure_printer("loader")

@@ -29,7 +29,8 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 import polymimic_train.app
-from polymimic_train.run_config import embodiment_specs
+from polymimic_policies import HPTPolicy, build_policy
+from polymimic_train.app import policy_embodiments
 
 emit = figure_printer("policies")
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs" / "model"
@@ -39,7 +40,7 @@ def _model_cfg(model: str) -> tuple:
     rot6d = ["data=synthetic_eva_rot6d"] if model.startswith("pi") else []  # Pi: rot6d only
     with initialize_config_module("polymimic_train.configs", version_base="1.3"):
         cfg = compose("train", overrides=[f"model={model}", "name=bench", *rot6d])
-    return cfg.model, embodiment_specs(cfg.data)
+    return cfg.model, policy_embodiments(cfg.data)
 
 
 def _without_local_paligemma(model_cfg) -> bool:
@@ -68,9 +69,9 @@ def count_figures() -> None:
             continue
         no_weights = {"load_base_weights": False} if "load_base_weights" in model_cfg else {}
         with torch.device("meta"):
-            policy = instantiate(model_cfg, embodiments=specs, **no_weights)
+            policy = build_policy(instantiate(model_cfg, **no_weights), specs)
         total = sum(p.numel() for p in policy.parameters())
-        if hasattr(policy, "trunk"):
+        if isinstance(policy, HPTPolicy):  # HPT and RDT
             trunk = sum(p.numel() for p in policy.trunk.parameters())
             emit(
                 "trunk_parameters", trunk, "parameters", model=model, millions=round(trunk / 1e6, 1)
@@ -82,8 +83,9 @@ _STEP_PROBE = """
 import json, resource, sys, time, torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+from polymimic_policies import build_policy
 model_cfg, specs, device, dtype, batch, steps = json.loads(sys.argv[1])
-policy = instantiate(OmegaConf.create(model_cfg), embodiments=specs).to(device)
+policy = build_policy(instantiate(OmegaConf.create(model_cfg)), specs).to(device)
 optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-4)
 spec = specs["eva_bimanual"]
 data = {

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
 import polymimic_train.app  # noqa: F401  (registers the config resolvers)
-from polymimic_train.data_module import EmbodimentDataModule
+from polymimic_train.lightning.data_module import EmbodimentDataModule
 
 ComposeTrain = Callable[..., DictConfig]
 

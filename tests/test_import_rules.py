@@ -43,11 +43,11 @@ THIRD_PARTY = {
     "pyarrow",
 }
 ALLOWED: dict[str, set[str]] = {
-    # fsspec: the optional `s3` extra, imported only inside remote_episodes' functions.
+    # fsspec: the optional `s3` extra, imported only inside store.remote_episodes' functions.
     # numcodecs, google_crc32c: zarr's own codecs, used to read its chunks by byte range.
     # torchdata: its StatefulDataLoader, so that a resumed run continues the same order.
     # pyarrow, av, PIL: the optional `lerobot` extra (LeRobot v3 parquet, videos, images),
-    # imported by lerobot_source, lerobot_import and synthetic_lerobot only.
+    # imported by polymimic_data.lerobot and synthetic.lerobot_format only.
     "data": {
         "pyarrow",
         "av",
@@ -106,12 +106,8 @@ IMPORT_NAME: dict[str, str] = {
 TRANSITIVE: dict[str, set[str]] = {"hydra": {"omegaconf"}}
 # Dynamic imports whose module name is computed at run time, so the scan cannot check them.
 # Each must be reviewed: file (relative to ROOT) -> the calls, as ast.unparse writes them.
-UNRESOLVABLE_REVIEWED: dict[str, set[str]] = {
-    # A checkpoint names the policy class it was trained with; train may import any package.
-    "packages/train/src/polymimic_train/trained_policy.py": {
-        "importlib.import_module(module_name)"
-    },
-}
+# (None today: a checkpoint names its policy by a registered name, never by a class path.)
+UNRESOLVABLE_REVIEWED: dict[str, set[str]] = {}
 
 
 def import_name(distribution: str) -> str:

@@ -19,9 +19,9 @@ from hydra.utils import instantiate
 
 import polymimic_train.app
 from polymimic_data.lerobot import import_lerobot
-from polymimic_data.synthetic import ensure_synthetic_episodes
-from polymimic_data.synthetic import write_lerobot_dataset
-from polymimic_train.run_config import embodiment_specs
+from polymimic_data.synthetic import ensure_synthetic_episodes, write_lerobot_dataset
+from polymimic_policies import build_policy
+from polymimic_train.app import policy_embodiments
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
 SLOW, GPU_ONLY = 10e6, 100e6
@@ -57,7 +57,7 @@ def parameters(model: str) -> int:
     is counted from PaliGemma 3B's config.
     """
     cfg = _compose(f"model={model}", "name=count")
-    if cfg.model._target_.endswith("PiPolicy") and cfg.model.paligemma_path is None:
+    if cfg.model._target_.endswith("PiConfig") and cfg.model.paligemma_path is None:
         from polymimic_policies.paligemma_loading import paligemma_3b_config
         from polymimic_policies.pi import pi_parameter_count
 
@@ -68,9 +68,9 @@ def parameters(model: str) -> int:
             variant=cfg.model.variant,
         )
         return counts["total"]
-    no_weights = {"load_base_weights": False} if "load_base_weights" in cfg.model else {}
+    config = instantiate(cfg.model).without_initial_weights()
     with torch.device("meta"):  # a count: nothing allocated, no base weights read
-        policy = instantiate(cfg.model, embodiments=embodiment_specs(cfg.data), **no_weights)
+        policy = build_policy(config, policy_embodiments(cfg.data))
     return sum(p.numel() for p in policy.parameters())
 
 
@@ -78,7 +78,7 @@ def _pi_overrides(model: str, data: str) -> list[str]:
     """Pi predicts rot6d only: eva datasets take eva's rot6d layout. pi0.5 writes the state
     into the prompt, and a person's 144 hand channels need about 600 byte-level tokens.
     Its image slots name cameras; LeRobot's are named otherwise."""
-    if not _compose(f"model={model}", "name=count").model._target_.endswith("PiPolicy"):
+    if not _compose(f"model={model}", "name=count").model._target_.endswith("PiConfig"):
         return []
     datasets = _compose(f"data={data}", "name=count").data.datasets
     embodiments = {spec.embodiment for spec in datasets.values()}

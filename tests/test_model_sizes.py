@@ -12,7 +12,8 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 import polymimic_train.app
-from polymimic_train.run_config import embodiment_specs
+from polymimic_policies import HPTPolicy, RDTPolicy, build_policy
+from polymimic_train.app import policy_embodiments
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs" / "model"
 NAMED = {
@@ -31,7 +32,8 @@ def test_a_named_size_holds_what_its_name_says(model: str) -> None:
     with initialize_config_module("polymimic_train.configs", version_base="1.3"):
         cfg = compose("train", overrides=[f"model={model}", "name=sizes"])
     with torch.device("meta"):
-        policy = instantiate(cfg.model, embodiments=embodiment_specs(cfg.data))
+        policy = build_policy(instantiate(cfg.model), policy_embodiments(cfg.data))
+    assert isinstance(policy, HPTPolicy)
     assert {p.device.type for p in policy.parameters()} == {"meta"}
     trunk = sum(p.numel() for p in policy.trunk.parameters())
     assert abs(trunk - NAMED[model]) / NAMED[model] < 0.05, f"{model}: {trunk / 1e6:.1f}M"
@@ -41,12 +43,13 @@ def _meta_policy(model: str, *overrides: str):
     with initialize_config_module("polymimic_train.configs", version_base="1.3"):
         cfg = compose("train", overrides=[f"model={model}", "name=sizes", *overrides])
     with torch.device("meta"):
-        return instantiate(cfg.model, embodiments=embodiment_specs(cfg.data))
+        return build_policy(instantiate(cfg.model), policy_embodiments(cfg.data))
 
 
 def test_rdt_1b_has_rdt_1b_s_head() -> None:
     """RDT-1B: width 2048, 28 blocks, 32 heads, MLP at the width: about 1.2B in the head."""
     policy = _meta_policy("rdt_1b")
+    assert isinstance(policy, RDTPolicy)
     (head,) = policy.heads.values()
     count = sum(p.numel() for p in head.parameters())
     assert 1.15e9 < count < 1.25e9, f"{count / 1e9:.3f}B"

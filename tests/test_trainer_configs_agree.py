@@ -24,8 +24,9 @@ from omegaconf import OmegaConf
 import polymimic_train.app
 from polymimic_data.samples import ShuffledOrder
 from polymimic_eval import read_video_frames
-from polymimic_train.policy_module import PolicyModule
-from polymimic_train.trajectory_video import TrajectoryVideoCallback
+from polymimic_policies import build_policy
+from polymimic_train.callbacks.trajectory_video import TrajectoryVideoCallback
+from polymimic_train.lightning.policy_module import PolicyModule
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
 TRAINERS = sorted(p.stem for p in (CONFIGS / "trainer").glob("*.yaml"))
@@ -63,7 +64,7 @@ def setup(request, tmp_path_factory: pytest.TempPathFactory, compose_train, prep
     datamodule = prepared_data(cfg)
     assert datamodule.normalizer is not None
     torch.manual_seed(0)
-    policy = instantiate(cfg.model, embodiments=datamodule.embodiment_specs())
+    policy = build_policy(instantiate(cfg.model), datamodule.embodiment_specs())
     module = PolicyModule(policy, datamodule.normalizer, datamodule.layouts, **cfg.optim)
     return cfg, datamodule, module
 

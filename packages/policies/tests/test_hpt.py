@@ -7,7 +7,8 @@ import re
 import pytest
 import torch
 
-from polymimic_policies import HPTPolicy
+from polymimic_policies import FlowHead, HPTConfig, HPTPolicy
+from polymimic_policies.stems import ImageStem
 
 EVA_GROUPS = [
     ("left_position", 3),
@@ -41,7 +42,7 @@ TINY = {"d_model": 32, "num_heads": 2, "image_tokens": 2, "resnet_blocks": (1, 1
 
 def policy(**overrides) -> HPTPolicy:
     torch.manual_seed(0)
-    return HPTPolicy(embodiments=SPECS, **(TINY | overrides))
+    return HPTPolicy(HPTConfig(**(TINY | overrides)), SPECS)
 
 
 def batch(embodiment: str, size: int = 3, seed: int = 1) -> dict:
@@ -92,6 +93,7 @@ def test_a_shared_head_predicts_each_embodiments_own_channel_groups() -> None:
     model = policy(shared_head=True, shared_stems={"front_1": "front"})
     assert list(model.heads) == ["shared"] and list(model.stems)[1] == "front"
     head = model.heads["shared"]
+    assert isinstance(head, FlowHead)
     assert "left_rotation__4" in head.action_in and "left_rotation__6" in head.action_in
     assert model.sample_actions(batch("aria_bimanual")).shape == (3, 3, 12)
     grads = _grads(model, batch("aria_bimanual"))
@@ -138,6 +140,7 @@ def test_param_groups_split_backbones_and_cover_every_trainable_parameter_once()
 def test_a_frozen_backbone_keeps_its_weights_and_batch_norm_statistics() -> None:
     model = policy(freeze_backbone=True)
     stem = model.stems["eva_bimanual__front_1"]
+    assert isinstance(stem, ImageStem)
     before = {k: v.clone() for k, v in stem.backbone.state_dict().items()}
     model.train()
     assert not stem.backbone.training and stem.training
@@ -193,7 +196,8 @@ def test_unknown_embodiment_and_float_images_are_refused() -> None:
 
 def test_residual_actions_are_relative_to_the_latest_state() -> None:
     model = policy(head="regression", residual_actions=True).eval()
-    for layer in model.heads["eva_bimanual"].action_out.values():
+    for layer in model.head_for("eva_bimanual").action_out.values():
+        assert isinstance(layer, torch.nn.Linear)
         torch.nn.init.zeros_(layer.weight)
         torch.nn.init.zeros_(layer.bias)
     data = batch("eva_bimanual")
@@ -201,9 +205,8 @@ def test_residual_actions_are_relative_to_the_latest_state() -> None:
     torch.testing.assert_close(model.sample_actions(data), expected)  # holding still
     with pytest.raises(ValueError, match=r"residual_actions: .*\['aria_bimanual'\]"):
         HPTPolicy(
-            embodiments=SPECS | {"aria_bimanual": SPECS["aria_bimanual"] | {"state_dim": 5}},
-            residual_actions=True,
-            **TINY,
+            HPTConfig(residual_actions=True, **TINY),
+            SPECS | {"aria_bimanual": SPECS["aria_bimanual"] | {"state_dim": 5}},
         )
 
 

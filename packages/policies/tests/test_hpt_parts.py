@@ -8,13 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from polymimic_policies import HPTPolicy, PretrainedWeightsError, pretrained_parts
+from polymimic_policies import HPTConfig, HPTPolicy, PretrainedWeightsError, pretrained_parts
 from polymimic_policies.stems import TextStem
 
 SPEC = {
     "eva": {"state_dim": 8, "action_dim": 8, "history": 2, "horizon": 4, "cameras": ["front_1"]}
 }
 TINY = {"d_model": 32, "num_heads": 2, "image_tokens": 2, "resnet_blocks": (1, 1, 1, 1)}
+
+
+def hpt(**options) -> HPTPolicy:
+    return HPTPolicy(HPTConfig(**(TINY | options)), SPEC)
 
 
 def _batch(prompts: list[str]) -> dict:
@@ -42,7 +46,7 @@ def test_a_prompts_tokens_do_not_depend_on_the_padding_its_batch_needs() -> None
 
 def test_the_policy_output_for_a_prompt_is_the_same_in_any_batch() -> None:
     torch.manual_seed(0)
-    policy = HPTPolicy(embodiments=SPEC, use_prompt=True, head="regression", **TINY).eval()
+    policy = hpt(use_prompt=True, head="regression").eval()
     one = policy.sample_actions(_batch(["stack the blocks"]))
     two = _batch(["stack the blocks", "a much longer prompt that pads the first one a lot"])
     two["images.front_1"][:1] = _batch(["x"])["images.front_1"]
@@ -56,13 +60,13 @@ def test_the_policy_output_for_a_prompt_is_the_same_in_any_batch() -> None:
 @pytest.fixture
 def saved(tmp_path: Path) -> Path:
     torch.manual_seed(1)
-    return HPTPolicy(embodiments=SPEC, **TINY).save_pretrained(tmp_path / "lab-a")
+    return hpt().save_pretrained(tmp_path / "lab-a")
 
 
 def test_a_saved_trunk_starts_another_policy_and_is_never_reinitialised(saved: Path) -> None:
     parts = pretrained_parts(saved, ["trunk"])
     torch.manual_seed(2)
-    policy = HPTPolicy(embodiments=SPEC, pretrained=parts, **TINY)
+    policy = hpt(pretrained=parts)
     from safetensors.torch import load_file
 
     expected = load_file(parts["trunk"]["path"])
@@ -70,24 +74,21 @@ def test_a_saved_trunk_starts_another_policy_and_is_never_reinitialised(saved: P
     for key, value in policy.trunk.state_dict().items():
         assert torch.equal(value, expected[key]), key
     torch.manual_seed(1)
-    source = HPTPolicy(embodiments=SPEC, **TINY)
+    source = hpt()
     head = next(iter(policy.heads.values())).state_dict()
     assert not all(
         torch.equal(v, next(iter(source.heads.values())).state_dict()[k]) for k, v in head.items()
     )  # the rest was not loaded: initialised afresh
     config = json.loads(saved.read_text())
     assert set(config["parts"]) == {"trunk", "stems.eva__state", "stems.eva__front_1", "heads.eva"}
+    assert config["policy"] == {"name": "hpt", "config": HPTConfig(**TINY).to_dict()}
 
 
 def test_a_file_that_is_not_the_named_one_is_refused_with_both_hashes(saved: Path) -> None:
     parts = pretrained_parts(saved, ["trunk"])
     wanted = "0" * 64
     with pytest.raises(PretrainedWeightsError) as caught:
-        HPTPolicy(
-            embodiments=SPEC,
-            pretrained={"trunk": {"path": parts["trunk"]["path"], "sha256": wanted}},
-            **TINY,
-        )
+        hpt(pretrained={"trunk": {"path": parts["trunk"]["path"], "sha256": wanted}})
     assert parts["trunk"]["path"] in str(caught.value)
     assert parts["trunk"]["sha256"] in str(caught.value) and wanted in str(caught.value)
 
@@ -103,15 +104,13 @@ def test_a_part_that_does_not_fit_names_the_parameter(
     saved: Path, overrides: dict, message: str
 ) -> None:
     with pytest.raises(PretrainedWeightsError, match=message):
-        HPTPolicy(
-            embodiments=SPEC, pretrained=pretrained_parts(saved, ["trunk"]), **(TINY | overrides)
-        )
+        hpt(pretrained=pretrained_parts(saved, ["trunk"]), **overrides)
 
 
 def test_the_300m_size_builds_on_the_meta_device_without_allocating() -> None:
     with torch.device("meta"):
         policy = HPTPolicy(
-            embodiments=SPEC, d_model=840, trunk_layers=36, num_heads=10, resnet_blocks=(2, 2, 2, 2)
+            HPTConfig(d_model=840, trunk_layers=36, num_heads=10, resnet_blocks=(2, 2, 2, 2)), SPEC
         )
     assert {t.device.type for t in [*policy.parameters(), *policy.buffers()]} == {"meta"}
     trunk = sum(p.numel() for p in policy.trunk.parameters())
@@ -124,7 +123,7 @@ def test_building_a_policy_makes_no_cuda_call(monkeypatch: pytest.MonkeyPatch) -
 
     for name in ("is_available", "current_device", "device_count", "_lazy_init", "init"):
         monkeypatch.setattr(torch.cuda, name, refuse)
-    policy = HPTPolicy(embodiments=SPEC, use_prompt=True, **TINY)
+    policy = hpt(use_prompt=True)
     assert {p.device.type for p in policy.parameters()} == {"cpu"}
 
 
@@ -132,9 +131,9 @@ def test_building_a_policy_makes_no_cuda_call(monkeypatch: pytest.MonkeyPatch) -
 @pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
 def test_compiled_trunk_and_heads_train_on_the_cpu_and_keep_their_keys() -> None:
     torch.manual_seed(0)
-    eager = HPTPolicy(embodiments=SPEC, **TINY)
+    eager = hpt()
     torch.manual_seed(0)
-    compiled = HPTPolicy(embodiments=SPEC, compile=True, **TINY)
+    compiled = hpt(compile=True)
     assert compiled.state_dict().keys() == eager.state_dict().keys()
     optimizer = torch.optim.AdamW(compiled.parameters(), lr=1e-3)
     for step in range(3):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,11 +17,11 @@ from polymimic_policies.paligemma_loading import (
     make_tiny_paligemma,
     paligemma_3b_config,
 )
-from polymimic_policies.pi import PiPolicy, pi_parameter_count
+from polymimic_policies.pi import ExpertLayer, PiConfig, PiPolicy, pi_parameter_count
 
 B, T, A, S = 2, 6, 4, 5
 EMBODIMENT = {"state_dim": S, "action_dim": A, "history": 2, "horizon": T}
-SMALL = {"expert_width": 32, "expert_mlp_dim": 64, "max_token_len": 64}
+SMALL: dict[str, Any] = {"expert_width": 32, "expert_mlp_dim": 64, "max_token_len": 64}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def make_policy(tiny: Path, cameras=("front_1", "left_wrist"), seed: int = 0, **kwargs) -> PiPolicy:
     torch.manual_seed(seed)
     embodiments = {"arm": {**EMBODIMENT, "cameras": list(cameras)}}
-    return PiPolicy(embodiments=embodiments, paligemma_path=tiny, **(SMALL | kwargs))
+    return PiPolicy(PiConfig(paligemma_path=tiny, **(SMALL | kwargs)), embodiments)
 
 
 def make_batch(seed: int = 0, cameras=("front_1", "left_wrist")) -> dict:
@@ -94,7 +95,7 @@ def test_resume_builds_without_the_weights_file(tiny: Path, tmp_path: Path) -> N
     shutil.copytree(tiny, copy)
     (copy / "model.safetensors").rename(copy / "elsewhere.bin")
     policy = make_policy(copy, load_base_weights=False)
-    assert policy.hyperparameters["load_base_weights"] is False
+    assert policy.config.load_base_weights is False
     out = policy.compute_loss(make_batch())
     assert torch.isfinite(out["loss"])
     with pytest.raises(FileNotFoundError, match=str(copy)):
@@ -137,13 +138,11 @@ def test_a_slot_takes_the_first_camera_it_lists_that_an_embodiment_has(tiny: Pat
     imported LeRobot arm's top): one slot lists both."""
     listed = {"base_0_rgb": ["top", "front_1"], "left_wrist_0_rgb": ["wrist", "left_wrist"]}
     both = PiPolicy(
-        embodiments={
+        PiConfig(paligemma_path=tiny, image_slots=listed, **SMALL),
+        {
             "arm": {**EMBODIMENT, "cameras": ["front_1", "left_wrist"]},
             "lerobot/koch": {**EMBODIMENT, "cameras": ["top", "wrist"]},
         },
-        paligemma_path=tiny,
-        image_slots=listed,
-        **SMALL,
     ).eval()
     assert both.slot_cameras["lerobot/koch"] == {"base_0_rgb": "top", "left_wrist_0_rgb": "wrist"}
     assert both.slot_cameras["arm"] == {"base_0_rgb": "front_1", "left_wrist_0_rgb": "left_wrist"}
@@ -219,6 +218,7 @@ def _joint_expert_output(
 
     hp, hs = embs, tokens
     for lm, ex in zip(language.layers, policy.expert.layers, strict=True):
+        assert isinstance(ex, ExpertLayer)
         d = lm.self_attn.head_dim
         xp = lm.input_layernorm(hp)
         xs, gate = ex.input_layernorm(hs, cond)
@@ -415,8 +415,6 @@ def test_pi05_3b_counts_on_the_meta_device(tiny: Path, tmp_path: Path) -> None:
         shutil.copy(tiny / name, directory / name)
     embodiments = {"robot": {"state_dim": 32, "action_dim": 32, "history": 1, "horizon": 50}}
     with torch.device("meta"):
-        policy = PiPolicy(
-            embodiments=embodiments, paligemma_path=directory, load_base_weights=False
-        )
+        policy = PiPolicy(PiConfig(paligemma_path=directory, load_base_weights=False), embodiments)
     assert all(p.is_meta for p in policy.parameters())
     assert sum(p.numel() for p in policy.parameters()) == counts["total"]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from polymimic_policies.hpt import pretrained_parts
-from polymimic_policies.rdt import RDTHead, RDTPolicy
+from polymimic_policies.rdt import RDTBlock, RDTConfig, RDTHead, RDTPolicy
 
 EVA_GROUPS = [("left_position", 3), ("left_rotation", 4), ("left_gripper", 1), ("right", 8)]
 ARIA_GROUPS = [("left_position", 3), ("left_rotation", 6), ("right", 3)]
@@ -42,7 +42,7 @@ TINY = {
 
 def policy(**overrides) -> RDTPolicy:
     torch.manual_seed(0)
-    return RDTPolicy(embodiments=SPECS, **(TINY | overrides))
+    return RDTPolicy(RDTConfig(**(TINY | overrides)), SPECS)
 
 
 def batch(embodiment: str, size: int = 3, seed: int = 1) -> dict:
@@ -116,9 +116,11 @@ def test_sampling_is_deterministic_from_a_seed_or_given_noise() -> None:
 
 def _record_cross_attention_contexts(head: RDTHead) -> tuple[list[torch.Tensor], list]:
     seen: list[torch.Tensor] = []
+    blocks = [block for block in head.blocks if isinstance(block, RDTBlock)]
+    assert len(blocks) == len(head.blocks)
     hooks = [
         block.cross_attn.register_forward_pre_hook(lambda _, args: seen.append(args[1]))
-        for block in head.blocks
+        for block in blocks
     ]
     return seen, hooks
 
@@ -131,6 +133,7 @@ def test_cross_attention_alternates_between_trunk_and_language_tokens() -> None:
     assert language is not None and language.shape == (3, 4, 32)  # the prompt stem's tokens
     seen, hooks = _record_cross_attention_contexts(head)
     noisy, t, state = data["actions"], torch.tensor([5, 50, 99]), data["state"][:, -1]
+    assert head.language_in is not None
     with torch.no_grad():
         head(noisy, t, state, trunk, language, "eva_bimanual")
         head(noisy, t, state, trunk, language + 1.0, "eva_bimanual")  # other words only
@@ -168,6 +171,7 @@ def test_a_shared_head_predicts_each_embodiments_own_channel_groups() -> None:
     model = policy(shared_head=True)
     assert list(model.heads) == ["shared"]
     head = model.heads["shared"]
+    assert isinstance(head, RDTHead)
     assert "left_rotation__4" in head.action_out and "left_rotation__6" in head.action_out
     assert model.sample_actions(batch("aria_bimanual")).shape == (3, 3, 12)
     grads = _grads(model, batch("aria_bimanual"))
@@ -195,7 +199,8 @@ def test_a_few_dozen_steps_on_one_batch_make_the_loss_fall() -> None:
 
 def test_residual_actions_are_relative_to_the_latest_state() -> None:
     model = policy(residual_actions=True).eval()
-    for layer in model.heads["eva_bimanual"].action_out.values():
+    for layer in model.head_for("eva_bimanual").action_out.values():
+        assert isinstance(layer, torch.nn.Linear)
         torch.nn.init.zeros_(layer.weight)
         torch.nn.init.zeros_(layer.bias)
     data = batch("eva_bimanual")
@@ -213,7 +218,10 @@ def test_rdt_1b_sizes_on_the_meta_device() -> None:
     d_model, state_dim, action_dim, horizon = 1024, 128, 128, 64  # RDT's unified space
     with torch.device("meta"):
         model = RDTPolicy(
-            embodiments={
+            RDTConfig(
+                d_model=d_model, num_heads=16, rdt_width=w, rdt_layers=layers, rdt_heads=heads
+            ),
+            {
                 "robot": {
                     "state_dim": state_dim,
                     "action_dim": action_dim,
@@ -221,13 +229,8 @@ def test_rdt_1b_sizes_on_the_meta_device() -> None:
                     "horizon": horizon,
                 }
             },
-            d_model=d_model,
-            num_heads=16,
-            rdt_width=w,
-            rdt_layers=layers,
-            rdt_heads=heads,
         )
-    head = model.heads["robot"]
+    head = model.head_for("robot")
     assert {p.device.type for p in head.parameters()} == {"meta"}
     head_dim = w // heads
     attention = 4 * w * w + 4 * w + 2 * head_dim  # qkv (or q and kv), out; QK-norm weights
@@ -278,7 +281,7 @@ def test_param_groups_compile_and_pretrained_heads_behave_as_in_hpt(tmp_path) ->
         pretrained=pretrained_parts(config, ["heads.eva_bimanual"]),
         compile=True,
     )
-    assert model.hyperparameters["rdt_layers"] == 4 and "head" not in model.hyperparameters
+    assert model.config.rdt_layers == 4 and "head" not in model.config.to_dict()
     for name, value in model.heads["eva_bimanual"].state_dict().items():
         assert torch.equal(reloaded.heads["eva_bimanual"].state_dict()[name], value), name
     assert reloaded.heads["eva_bimanual"]._compiled_call_impl is not None

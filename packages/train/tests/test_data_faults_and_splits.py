@@ -9,8 +9,8 @@ import torch
 from polymimic_data import resolve_episodes, split_episodes
 from polymimic_data.samples import BadDataError
 from polymimic_data.synthetic import ensure_synthetic_episodes
-from polymimic_train.data_fault_monitor import DataFaultMonitor
-from polymimic_train.data_module import EmbodimentDataModule
+from polymimic_train.callbacks.data_fault_monitor import DataFaultMonitor
+from polymimic_train.lightning.data_module import EmbodimentDataModule
 
 
 def _batch(bad: int, size: int = 10) -> dict:

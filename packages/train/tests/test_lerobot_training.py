@@ -53,6 +53,11 @@ def test_the_imported_embodiment_trains_and_its_loss_falls(lerobot_run) -> None:
     config = (run_dir / "config.yaml").read_text()
     assert "embodiment: lerobot/koch" in config  # resolved from the episodes, as recorded
     assert "embodiment: auto" not in config and "cameras: auto" not in config
+    # `auto` named from the same one resolve the data module trains on (it used to take three)
+    resolves = [
+        line for line in (run_dir / "app.log").read_text().splitlines() if "resolved " in line
+    ]
+    assert len(resolves) == 1, resolves
 
 
 def test_validation_reports_error_per_joint_group_and_videos_show_the_frames(lerobot_run) -> None:

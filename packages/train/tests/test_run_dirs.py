@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from polymimic_train import run_dirs
-from polymimic_train.run_dirs import RunDirError
+from polymimic_train.runs import run_dirs
+from polymimic_train.runs.run_dirs import RunDirError
 
 
 def _create(root: str) -> str:
@@ -39,7 +39,7 @@ def _finished(run_dir: Path) -> Path:
 def _held_by_another_process(run_dir: Path) -> Iterator[subprocess.Popen[str]]:
     """The run directory locked by a live process of its own, as a running train is."""
     code = (
-        "import time; from pathlib import Path; from polymimic_train import run_dirs;"
+        "import time; from pathlib import Path; from polymimic_train.runs import run_dirs;"
         f"run_dirs.start(Path({str(run_dir)!r}), resumed_from=None); print('held', flush=True);"
         "time.sleep(120)"
     )

@@ -57,6 +57,10 @@ def test_run_dir_holds_everything_a_run_records(trained) -> None:
     assert {r["grad_norm/spikes"] for r in logged} <= {"0.0", "1.0", "2.0", "3.0"}
     plots = sorted(p.name for p in (run_dir / "plots" / "step_error").iterdir())
     assert plots == ["step000002.png", "step000004.png"]
+    resolves = [
+        line for line in (run_dir / "app.log").read_text().splitlines() if "resolved " in line
+    ]
+    assert len(resolves) == 1, resolves  # one resolve per dataset per run
 
 
 def test_tensorboard_holds_the_clips_and_the_horizon_plot(trained) -> None:
@@ -228,7 +232,8 @@ def test_an_export_is_safetensors_and_json_and_predicts_as_the_checkpoint(
     assert f"to {out}" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
     config = json.loads((out / "config.json").read_text())
-    assert config["step"] == 4 and config["record"]["policy"]["class"].endswith("HPTPolicy")
+    assert config["step"] == 4 and config["record"]["policy"]["name"] == "hpt"
+    assert config["record"]["policy"]["config"]["d_model"] == 32  # the run's model.d_model
     tensors = load_file(out / "model.safetensors")
     assert all(k.startswith(("policy.", "normalizer.")) for k in tensors)
     state = torch.load(last, map_location="cpu", weights_only=True)["state_dict"]

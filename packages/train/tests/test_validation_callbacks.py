@@ -11,9 +11,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from polymimic_train.grad_norm_monitor import GradNormMonitor
-from polymimic_train.step_error_plot import step_error_curves
-from polymimic_train.trajectory_video import TrajectoryVideoCallback
+from polymimic_train.callbacks.grad_norm_monitor import GradNormMonitor
+from polymimic_train.callbacks.step_error_plot import step_error_curves
+from polymimic_train.callbacks.trajectory_video import TrajectoryVideoCallback
 
 
 class _Regression(pl.LightningModule):

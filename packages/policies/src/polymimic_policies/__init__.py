@@ -1,4 +1,9 @@
-"""polymimic-policies: cross-embodiment policies as plain nn.Modules: HPT, RDT and Pi."""
+"""polymimic-policies: cross-embodiment policies as plain nn.Modules: HPT, RDT and Pi.
+
+Each policy is built from one config dataclass and its embodiments' specs, meets the
+`Policy` protocol, and is registered by name, so a trained policy is recorded and rebuilt
+as plain data (`policy_record`, `policy_from_record`).
+"""
 
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
@@ -10,18 +15,46 @@ except PackageNotFoundError:  # a source tree that is not installed
 
 
 from polymimic_policies.action_heads import FlowHead, RegressionHead
-from polymimic_policies.hpt import EmbodimentSpec, HPTPolicy, pretrained_parts
-from polymimic_policies.pi import PiPolicy
+from polymimic_policies.embodiment_spec import EmbodimentSpec
+from polymimic_policies.hpt import HPTConfig, HPTPolicy, pretrained_parts
+from polymimic_policies.pi import PiConfig, PiPolicy
+from polymimic_policies.policy import (
+    LocalWeights,
+    Policy,
+    UnregisteredPolicyError,
+    build_policy,
+    policy_class,
+    policy_class_of,
+    policy_from_record,
+    policy_record,
+    register_policy,
+    registered_policies,
+)
+from polymimic_policies.policy_config import PolicyConfig
 from polymimic_policies.pretrained import PretrainedWeightsError
-from polymimic_policies.rdt import RDTPolicy
+from polymimic_policies.rdt import RDTConfig, RDTPolicy
 
 __all__ = [
     "EmbodimentSpec",
     "FlowHead",
+    "HPTConfig",
     "HPTPolicy",
+    "LocalWeights",
+    "PiConfig",
     "PiPolicy",
+    "Policy",
+    "PolicyConfig",
     "PretrainedWeightsError",
+    "RDTConfig",
     "RDTPolicy",
     "RegressionHead",
+    "UnregisteredPolicyError",
+    "build_policy",
+    "policy_class",
+    "policy_class_of",
+    "policy_from_record",
+    "policy_record",
     "pretrained_parts",
+    "register_policy",
+    "registered_policies",
 ]

@@ -122,6 +122,8 @@ class ActionHead(GroupedActions, nn.Module):
 
 
 class FlowHead(ActionHead):
+    """Flow matching over the chunk (see the module docstring); `sample_steps` Euler steps."""
+
     kind = "flow"
 
     def __init__(self, *, sample_steps: int = 10, **kwargs: object) -> None:

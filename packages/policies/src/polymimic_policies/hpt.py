@@ -8,6 +8,7 @@ as plain numbers and names. A batch's tokens: each stem's latent tokens plus its
 modality embedding, then the embodiment's learned readout tokens; the trunk attends over
 all of them, and the head reads the readout tokens (all tokens when there are none).
 Pretrained parts load by hash at the end of construction and are never re-initialised.
+Every option is a field of one HPTConfig; `HPTPolicy(config, embodiments)` builds it.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from polymimic_policies.action_heads import HEAD_KINDS, ActionHead
+from polymimic_policies.embodiment_spec import EmbodimentSpec
+from polymimic_policies.policy import Embodiments, LocalWeights, register_policy
+from polymimic_policies.policy_config import PolicyConfig, one_of, positive_integers
 from polymimic_policies.pretrained import load_part, save_part
 from polymimic_policies.stems import ImageStem, StateStem, TextStem
 from polymimic_policies.transformer_blocks import Trunk
@@ -31,228 +35,189 @@ PROMPT = "prompt"
 
 
 @dataclass(frozen=True)
-class EmbodimentSpec:
-    """What a policy needs to know of one embodiment: plain numbers and names.
+class HPTConfig(PolicyConfig):
+    """HPTPolicy's config: sizes, stems, trunk and heads (see the module docstring).
 
-    `action_groups` names the action channels, (name, width) in layout order; without it
-    the actions are one group, "actions".
+    Stems: `image_tokens`, `state_tokens` and `text_tokens` latent tokens each; images
+    through a ResNet (`resnet_blocks` per stage) or a small ViT (`image_backbone="vit"`);
+    `shared_stems` maps a modality to one stem name shared by every embodiment. Heads:
+    `head` "flow" (`sample_steps` Euler steps) or "regression" (`regression_loss`), one per
+    embodiment or one `shared_head`. `pretrained` maps parts ("trunk", "stems.<name>",
+    "heads.<name>") to {path, sha256}; `compile` runs torch.compile on trunk and heads.
     """
 
-    state_dim: int
-    action_dim: int
-    history: int
-    horizon: int
-    cameras: Sequence[str] = field(default_factory=lambda: ("front_1",))
-    action_groups: Sequence[tuple[str, int]] = ()
+    initial_weights: ClassVar[Mapping[str, Any]] = {"pretrained": {}}
+
+    d_model: int = 128
+    trunk_layers: int = 2
+    num_heads: int = 4
+    mlp_ratio: float = 4.0
+    drop_path: float = 0.0
+    image_tokens: int = 8
+    state_tokens: int = 2
+    text_tokens: int = 4
+    readout_tokens: int = 4
+    image_backbone: str = "resnet"
+    resnet_blocks: Sequence[int] = (2, 2, 2, 2)
+    vit_layers: int = 4
+    vit_patch_size: int = 8
+    freeze_backbone: bool = False
+    use_prompt: bool = False
+    text_layers: int = 2
+    max_prompt_bytes: int = 128
+    shared_stems: Mapping[str, str] = field(default_factory=dict)
+    head: str = "flow"
+    shared_head: bool = False
+    head_layers: int = 2
+    sample_steps: int = 10
+    regression_loss: str = "l1"
+    residual_actions: bool = False
+    pretrained: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    compile: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("state_dim", "action_dim", "history", "horizon"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be a positive integer, got {getattr(self, name)}")
-        widths = sum(w for _, w in self.action_groups)
-        if self.action_groups and widths != self.action_dim:
-            raise ValueError(
-                f"action_groups: widths sum to {widths}, action_dim is {self.action_dim}"
-            )
-
-    def check_batch(
-        self, batch: Mapping[str, Any], embodiment: str, *, actions: bool, cameras: Any = None
-    ) -> None:
-        """ValueError naming the key, the shape this embodiment declares and the one given.
-
-        State (B, history, state_dim), each camera's images (B, 3, H, W), and with `actions`
-        the chunk (B, horizon, action_dim) and its mask (B, horizon), all of one batch size.
-        `cameras` defaults to the declared cameras.
-        """
-        expected: dict[str, tuple[Any, ...]] = {"state": ("B", self.history, self.state_dim)}
-        for camera in self.cameras if cameras is None else cameras:
-            expected[f"images.{camera}"] = ("B", 3, "H", "W")
-        if actions:
-            expected["actions"] = ("B", self.horizon, self.action_dim)
-            expected["action_mask"] = ("B", self.horizon)
-        size = None
-        for key, want in expected.items():
-            if key not in batch:
-                raise ValueError(
-                    f"batch[{key!r}]: missing; {embodiment} expects {_shape_text(want)} "
-                    f"(the batch has {sorted(k for k in batch if not k.startswith('_'))})"
-                )
-            got = tuple(batch[key].shape)
-            fits = len(got) == len(want) and all(
-                isinstance(w, str) or g == w for g, w in zip(got, want, strict=False)
-            )
-            if not fits or (size is not None and got[0] != size):
-                raise ValueError(
-                    f"batch[{key!r}]: {embodiment} expects {_shape_text(want, size)}, got {got}"
-                )
-            size = got[0]
-
-    @property
-    def groups(self) -> list[tuple[str, int]]:
-        return [(str(n), int(w)) for n, w in self.action_groups] or [("actions", self.action_dim)]
-
-    @classmethod
-    def of(cls, value: EmbodimentSpec | Mapping[str, Any]) -> EmbodimentSpec:
-        if isinstance(value, EmbodimentSpec):
-            return value
-        kwargs: dict[str, Any] = {}
-        for key, item in value.items():
-            if key == "cameras":
-                kwargs[key] = tuple(str(c) for c in item)
-            elif key == "action_groups":
-                kwargs[key] = tuple((str(n), int(w)) for n, w in item)
-            else:
-                kwargs[key] = int(item)
-        return cls(**kwargs)
-
-
-def _shape_text(shape: tuple[Any, ...], size: int | None = None) -> str:
-    return "(" + ", ".join(str(size if d == "B" and size is not None else d) for d in shape) + ")"
-
-
-def _check_sizes(
-    *, d_model: int, num_heads: int, resnet_blocks: Sequence[int], **counts: int
-) -> None:
-    """ValueError naming the first parameter that cannot work: `<name>: <why>; <what works>`."""
-    for name, value in {"d_model": d_model, "num_heads": num_heads, **counts}.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-    if d_model % num_heads:
-        divisors = [n for n in range(1, d_model + 1) if d_model % n == 0]
-        raise ValueError(
-            f"num_heads: {num_heads} does not divide d_model={d_model}; choose one of {divisors}"
+        """ValueError naming the first field that cannot work: `<name>: <why>; <what works>`."""
+        super().__post_init__()
+        positive_integers(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            trunk_layers=self.trunk_layers,
+            image_tokens=self.image_tokens,
+            state_tokens=self.state_tokens,
+            text_tokens=self.text_tokens,
+            head_layers=self.head_layers,
+            sample_steps=self.sample_steps,
         )
-    blocks = list(resnet_blocks)
-    if len(blocks) != 4 or any(not isinstance(b, int) or b < 1 for b in blocks):
-        raise ValueError(f"resnet_blocks: four positive counts, e.g. [2, 2, 2, 2]; got {blocks}")
+        if self.d_model % self.num_heads:
+            divisors = [n for n in range(1, self.d_model + 1) if self.d_model % n == 0]
+            raise ValueError(
+                f"num_heads: {self.num_heads} does not divide d_model={self.d_model}; "
+                f"choose one of {divisors}"
+            )
+        blocks = list(self.resnet_blocks)
+        if len(blocks) != 4 or any(b < 1 for b in blocks):
+            raise ValueError(
+                f"resnet_blocks: four positive counts, e.g. [2, 2, 2, 2]; got {blocks}"
+            )
+        if self.readout_tokens < 0:
+            raise ValueError(f"readout_tokens: must be an integer >= 0, got {self.readout_tokens}")
+        if not 0.0 <= self.drop_path < 1.0:
+            raise ValueError(f"drop_path: must be in [0, 1), got {self.drop_path}")
+        one_of("head", self.head, list(HEAD_KINDS))
+        one_of("image_backbone", self.image_backbone, ["resnet", "vit"])
+        one_of("regression_loss", self.regression_loss, ["l1", "mse"])
+        for part, source in self.pretrained.items():
+            if set(source) != {"path", "sha256"}:
+                raise ValueError(
+                    f"pretrained.{part}: needs exactly path and sha256, got {sorted(source)}"
+                )
 
 
 def _slot(embodiment: str, modality: str) -> str:
     return f"{embodiment}__{modality}"
 
 
+@register_policy
 class HPTPolicy(nn.Module):
-    """Heterogeneous pre-trained transformer policy (see the module docstring)."""
+    """Heterogeneous pre-trained transformer policy (see the module docstring).
 
-    def __init__(
-        self,
-        *,
-        embodiments: Mapping[str, EmbodimentSpec | Mapping[str, Any]],
-        d_model: int = 128,
-        trunk_layers: int = 2,
-        num_heads: int = 4,
-        mlp_ratio: float = 4.0,
-        drop_path: float = 0.0,
-        image_tokens: int = 8,
-        state_tokens: int = 2,
-        text_tokens: int = 4,
-        readout_tokens: int = 4,
-        image_backbone: str = "resnet",
-        resnet_blocks: Sequence[int] = (2, 2, 2, 2),
-        vit_layers: int = 4,
-        vit_patch_size: int = 8,
-        freeze_backbone: bool = False,
-        use_prompt: bool = False,
-        text_layers: int = 2,
-        max_prompt_bytes: int = 128,
-        shared_stems: Mapping[str, str] | None = None,
-        head: str = "flow",
-        shared_head: bool = False,
-        head_layers: int = 2,
-        sample_steps: int = 10,
-        regression_loss: str = "l1",
-        residual_actions: bool = False,
-        pretrained: Mapping[str, Mapping[str, str]] | None = None,
-        compile: bool = False,
-    ) -> None:
-        # Every argument but the embodiments, for save_pretrained (taken before any local).
-        hyperparameters = {
-            k: v for k, v in locals().items() if k not in ("self", "embodiments", "__class__")
-        }
+    Built from an HPTConfig and the embodiments' specs (EmbodimentSpec or plain mappings).
+    """
+
+    name: ClassVar[str] = "hpt"
+    config_type: ClassVar[type[PolicyConfig]] = HPTConfig
+    rotation_kinds: ClassVar[tuple[str, ...] | None] = None  # any representation
+    local_weights: ClassVar[Mapping[str, LocalWeights]] = {}
+    specs: dict[str, EmbodimentSpec]
+    _config: HPTConfig
+
+    def __init__(self, config: HPTConfig, embodiments: Embodiments) -> None:
+        if type(config) is not self.config_type:
+            raise TypeError(
+                f"{type(self).__name__} is built from {self.config_type.__name__}, not "
+                f"{type(config).__name__} (build_policy picks the class from the config)"
+            )
         super().__init__()
-        self.hyperparameters = hyperparameters
+        self._config = config
         if not embodiments:
-            raise ValueError("embodiments: HPTPolicy needs at least one")
-        _check_sizes(
-            d_model=d_model,
-            num_heads=num_heads,
-            resnet_blocks=resnet_blocks,
-            trunk_layers=trunk_layers,
-            image_tokens=image_tokens,
-            state_tokens=state_tokens,
-            text_tokens=text_tokens,
-            head_layers=head_layers,
-            sample_steps=sample_steps,
-        )
-        if readout_tokens < 0:
-            raise ValueError(f"readout_tokens: must be an integer >= 0, got {readout_tokens}")
-        if head not in HEAD_KINDS:
-            raise ValueError(f"head: {head!r} is not one of {sorted(HEAD_KINDS)}")
+            raise ValueError(f"embodiments: {type(self).__name__} needs at least one")
         self.specs = {name: EmbodimentSpec.of(spec) for name, spec in embodiments.items()}
-        self.use_prompt = use_prompt
-        self.residual_actions = residual_actions
-        if residual_actions:
-            unequal = [n for n, s in self.specs.items() if s.state_dim != s.action_dim]
-            if unequal:
-                raise ValueError(
-                    f"residual_actions: needs state and actions of one layout; {unequal} have "
-                    "state_dim != action_dim"
-                )
-        image_kwargs = {
-            "d_model": d_model,
-            "num_tokens": image_tokens,
-            "num_heads": num_heads,
-            "backbone": image_backbone,
-            "resnet_blocks": tuple(resnet_blocks),
-            "vit_layers": vit_layers,
-            "vit_patch_size": vit_patch_size,
-            "freeze_backbone": freeze_backbone,
-        }
-        shared = dict(shared_stems or {})
-        stems: dict[str, nn.Module] = {}
+        self.use_prompt = config.use_prompt
+        self.residual_actions = config.residual_actions
+        self._check_residual_actions()
         self.stem_of: dict[str, str] = {}  # slot (embodiment__modality) -> stem name
-        for name, spec in self.specs.items():
-            for modality in self.modalities(name):
-                stem = shared.get(modality, _slot(name, modality))
-                self.stem_of[_slot(name, modality)] = stem
-                if stem in stems:
-                    continue
-                if modality == "state":
-                    stems[stem] = StateStem(
-                        spec.state_dim, spec.history, d_model, state_tokens, num_heads
-                    )
-                elif modality == PROMPT:
-                    stems[stem] = TextStem(
-                        d_model, text_tokens, num_heads, text_layers, max_prompt_bytes
-                    )
-                else:
-                    stems[stem] = ImageStem(**image_kwargs)  # type: ignore[arg-type]
+        stems = self._stems()
         self._check_shared_state_stems()
         self.stems = nn.ModuleDict(stems)
+        d_model = config.d_model
         self.modality_embedding = nn.ParameterDict(
             {slot: nn.Parameter(torch.randn(1, 1, d_model) * 0.02) for slot in self.stem_of}
         )
         self.readout = nn.ParameterDict(
             {
-                name: nn.Parameter(torch.randn(1, readout_tokens, d_model) * 0.02)
+                name: nn.Parameter(torch.randn(1, config.readout_tokens, d_model) * 0.02)
                 for name in self.specs
             }
         )
-        self.trunk = Trunk(d_model, trunk_layers, num_heads, mlp_ratio, drop_path)
-        self.heads = nn.ModuleDict(
-            self._heads(
-                head, shared_head, d_model, num_heads, head_layers, sample_steps, regression_loss
-            )
+        self.trunk = Trunk(
+            d_model, config.trunk_layers, config.num_heads, config.mlp_ratio, config.drop_path
         )
-        self.head_of = {name: SHARED_HEAD if shared_head else name for name in self.specs}
-        for part, source in (pretrained or {}).items():
+        self.heads = nn.ModuleDict(self._heads())
+        self.head_of = {name: SHARED_HEAD if config.shared_head else name for name in self.specs}
+        for part, source in config.pretrained.items():
             load_part(self.part(part), source["path"], source["sha256"], part)
-        if compile:
+        if config.compile:
             self.trunk.compile()
             for module in self.heads.values():
                 module.compile()
 
+    @property
+    def config(self) -> HPTConfig:
+        """The config this policy was built from."""
+        return self._config
+
+    def _check_residual_actions(self) -> None:
+        if not self.residual_actions:
+            return
+        unequal = [n for n, s in self.specs.items() if s.state_dim != s.action_dim]
+        if unequal:
+            raise ValueError(
+                f"residual_actions: needs state and actions of one layout; {unequal} have "
+                "state_dim != action_dim"
+            )
+
+    def _stems(self) -> dict[str, nn.Module]:
+        """Each stem by name, a shared one built once; fills `stem_of` for every slot."""
+        stems: dict[str, nn.Module] = {}
+        for name, spec in self.specs.items():
+            for modality in self.modalities(name):
+                stem = self.config.shared_stems.get(modality, _slot(name, modality))
+                self.stem_of[_slot(name, modality)] = stem
+                if stem not in stems:
+                    stems[stem] = self._stem(modality, spec)
+        return stems
+
+    def _stem(self, modality: str, spec: EmbodimentSpec) -> nn.Module:
+        c = self.config
+        if modality == "state":
+            return StateStem(spec.state_dim, spec.history, c.d_model, c.state_tokens, c.num_heads)
+        if modality == PROMPT:
+            return TextStem(
+                c.d_model, c.text_tokens, c.num_heads, c.text_layers, c.max_prompt_bytes
+            )
+        return ImageStem(
+            d_model=c.d_model,
+            num_tokens=c.image_tokens,
+            num_heads=c.num_heads,
+            backbone=c.image_backbone,
+            resnet_blocks=tuple(c.resnet_blocks),
+            vit_layers=c.vit_layers,
+            vit_patch_size=c.vit_patch_size,
+            freeze_backbone=c.freeze_backbone,
+        )
+
     def modalities(self, embodiment: str) -> list[str]:
+        """The embodiment's modalities in token order: state, its cameras, the prompt."""
         spec = self.specs[embodiment]
         return ["state", *spec.cameras, *([PROMPT] if self.use_prompt else [])]
 
@@ -268,30 +233,32 @@ class HPTPolicy(nn.Module):
                     f" history) differ: {sorted(found)}; share only stems of equal inputs"
                 )
 
-    def _heads(
-        self,
-        kind: str,
-        shared: bool,
-        d_model: int,
-        num_heads: int,
-        layers: int,
-        sample_steps: int,
-        regression_loss: str,
-    ) -> dict[str, ActionHead]:
-        options: dict[str, Any] = {"d_model": d_model, "num_heads": num_heads, "num_layers": layers}
+    def _served(self) -> dict[str, list[str]]:
+        """Each head's embodiments: one shared head for all, or one head per embodiment."""
+        if self.config.shared_head:
+            return {SHARED_HEAD: list(self.specs)}
+        return {name: [name] for name in self.specs}
+
+    def _heads(self) -> dict[str, nn.Module]:
+        """The heads by name, as `config.head` says (RDTPolicy builds its own)."""
+        c = self.config
+        options: dict[str, Any] = {
+            "d_model": c.d_model,
+            "num_heads": c.num_heads,
+            "num_layers": c.head_layers,
+        }
         options |= (
-            {"sample_steps": sample_steps}
-            if kind == "flow"
-            else {"regression_loss": regression_loss}
+            {"sample_steps": c.sample_steps}
+            if c.head == "flow"
+            else {"regression_loss": c.regression_loss}
         )
-        served = {SHARED_HEAD: list(self.specs)} if shared else {n: [n] for n in self.specs}
         return {
-            head: HEAD_KINDS[kind](
+            head: HEAD_KINDS[c.head](
                 groups={e: self.specs[e].groups for e in names},
                 horizons={e: self.specs[e].horizon for e in names},
                 **options,
             )
-            for head, names in served.items()
+            for head, names in self._served().items()
         }
 
     def part(self, name: str) -> nn.Module:
@@ -312,8 +279,9 @@ class HPTPolicy(nn.Module):
     def save_pretrained(self, directory: str | Path) -> Path:
         """Each part as safetensors, and `pretrained.json` with their paths and hashes.
 
-        `pretrained_parts(<that json>, ...)` gives the mapping a new policy's `pretrained`
-        argument takes, so one lab's trunk can start another lab's run.
+        `pretrained.json` also holds the policy's record (its name and config, without
+        pretrained parts). `pretrained_parts(<that json>, ...)` gives the mapping a new
+        config's `pretrained` field takes, so one lab's trunk can start another lab's run.
         """
         directory = Path(directory)
         names = ["trunk", *(f"stems.{s}" for s in self.stems), *(f"heads.{h}" for h in self.heads)]
@@ -321,11 +289,9 @@ class HPTPolicy(nn.Module):
         for name in names:
             file = f"{name}.safetensors"
             parts[name] = {"path": file, "sha256": save_part(self.part(name), directory / file)}
-        config = {
-            "hyperparameters": self.hyperparameters | {"pretrained": None},
-            "parts": parts,
-        }
-        (directory / "pretrained.json").write_text(json.dumps(config, indent=2, default=str))
+        policy = {"name": self.name, "config": self.config.without_initial_weights().to_dict()}
+        saved = {"policy": policy, "parts": parts}
+        (directory / "pretrained.json").write_text(json.dumps(saved, indent=2))
         return directory / "pretrained.json"
 
     def _spec(self, embodiment: str) -> EmbodimentSpec:
@@ -368,6 +334,7 @@ class HPTPolicy(nn.Module):
         return out, stem_tokens
 
     def head_for(self, embodiment: str) -> ActionHead:
+        """The head that serves `embodiment` (its own, or the shared one)."""
         return self.heads[self.head_of[embodiment]]  # type: ignore[return-value]
 
     def _anchor(self, batch: Mapping[str, Any]) -> torch.Tensor | float:
@@ -410,7 +377,7 @@ class HPTPolicy(nn.Module):
 
 
 def pretrained_parts(config: str | Path, names: Sequence[str]) -> dict[str, dict[str, str]]:
-    """The `pretrained` argument for the named parts of a `save_pretrained` directory."""
+    """The `pretrained` config field for the named parts of a `save_pretrained` directory."""
     config = Path(config)
     saved = json.loads(config.read_text())["parts"]
     unknown = [n for n in names if n not in saved]

@@ -21,7 +21,7 @@ _TINY_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_
 _SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>", "<image>")  # ids 0..4, as in Gemma's vocabulary
 
 
-def check_paligemma_path(path: str | Path, *, weights: bool) -> Path:
+def check_paligemma_path(path: str | os.PathLike[str], *, weights: bool) -> Path:
     """The directory, or FileNotFoundError naming it (before anything heavy is built)."""
     directory = Path(path).expanduser()
     if not directory.is_dir():
@@ -39,7 +39,7 @@ def check_paligemma_path(path: str | Path, *, weights: bool) -> Path:
     return directory
 
 
-def paligemma_config(path: str | Path) -> Any:
+def paligemma_config(path: str | os.PathLike[str]) -> Any:
     """The PaliGemmaConfig of a directory (reads config.json only)."""
     from transformers import PaliGemmaConfig
 
@@ -59,7 +59,7 @@ def build_paligemma(config: Any) -> Any:
     return PaliGemmaForConditionalGeneration(config).float()
 
 
-def load_paligemma(path: str | Path, *, load_base_weights: bool = True) -> Any:
+def load_paligemma(path: str | os.PathLike[str], *, load_base_weights: bool = True) -> Any:
     """PaliGemma from a local directory: its weights, or (a resume) its config alone.
 
     With `load_base_weights=False` the weights file is never opened. Either way the model
@@ -76,7 +76,7 @@ def load_paligemma(path: str | Path, *, load_base_weights: bool = True) -> Any:
     ).train()
 
 
-def load_tokenizer(path: str | Path) -> Any:
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     """The directory's own tokenizer, padding on the right."""
     from transformers import AutoTokenizer
 
@@ -151,6 +151,8 @@ def _tiny_tokenizer() -> Any:
 def _tiny_config(vocab_size: int) -> Any:
     from transformers import PaliGemmaConfig
 
+    options: dict[str, Any] = {"pad_token_id": 0}  # a PretrainedConfig keyword
+
     return PaliGemmaConfig(
         vision_config={
             "model_type": "siglip_vision_model",
@@ -180,7 +182,7 @@ def _tiny_config(vocab_size: int) -> Any:
         hidden_size=64,
         vocab_size=vocab_size,
         image_token_index=_SPECIALS.index("<image>"),
-        pad_token_id=0,
+        **options,
     )
 
 

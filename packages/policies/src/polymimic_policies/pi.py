@@ -25,24 +25,27 @@ whose Gemma decoder layers' submodules are driven here directly.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from polymimic_policies.action_heads import ActionHead
-from polymimic_policies.hpt import EmbodimentSpec
+from polymimic_policies.embodiment_spec import EmbodimentSpec
 from polymimic_policies.paligemma_loading import (
     build_paligemma,
     check_paligemma_path,
     load_paligemma,
     load_tokenizer,
 )
+from polymimic_policies.policy import Embodiments, LocalWeights, register_policy
+from polymimic_policies.policy_config import PolicyConfig, one_of, positive_integers
 
 VARIANTS = ("pi0", "pi05")
 DEFAULT_IMAGE_SLOTS = {
@@ -126,6 +129,8 @@ def _gated(residual: torch.Tensor, out: torch.Tensor, gate: torch.Tensor | None)
 
 
 class ExpertLayer(nn.Module):
+    """One Gemma-style expert layer: attention over [prefix K, V; own K, V], then a GeGLU MLP."""
+
     def __init__(
         self, width: int, mlp_dim: int, heads: int, kv_heads: int, head_dim: int, adaptive: bool
     ) -> None:
@@ -201,78 +206,134 @@ class ActionExpert(nn.Module):
         return self.norm(h, cond)[0]
 
 
-def _check_positive(**values: int) -> None:
-    for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+@dataclass(frozen=True)
+class PiConfig(PolicyConfig):
+    """PiPolicy's config (see PiPolicy's docstring).
+
+    `paligemma_path`: a local PaliGemma directory in the transformers format (a path is
+    kept as its string). `load_base_weights=False` (a resume) builds PaliGemma from its
+    config.json alone. `image_slots` maps Pi's image slots to the data's cameras (a camera,
+    or a list: the first one an embodiment has). `max_token_len` None means openpi's: 200
+    for pi0.5 (the state is in the prompt), 48 for pi0.
+    """
+
+    initial_weights: ClassVar[Mapping[str, Any]] = {"load_base_weights": False}
+
+    paligemma_path: str | os.PathLike[str]
+    variant: str = "pi05"
+    load_base_weights: bool = True
+    image_slots: Mapping[str, str | Sequence[str]] = field(
+        default_factory=lambda: dict(DEFAULT_IMAGE_SLOTS)
+    )
+    max_token_len: int | None = None
+    expert_width: int = 1024
+    expert_mlp_dim: int = 4096
+    sample_steps: int = 10
+    state_bins: int = 256
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        """ValueError naming the first field that cannot work."""
+        super().__post_init__()
+        one_of("variant", self.variant, VARIANTS)
+        positive_integers(
+            max_token_len=self.token_len,
+            expert_width=self.expert_width,
+            expert_mlp_dim=self.expert_mlp_dim,
+            sample_steps=self.sample_steps,
+            state_bins=self.state_bins,
+        )
+        if self.expert_width % 2:
+            raise ValueError(
+                f"expert_width: must be even (time embedding), got {self.expert_width}"
+            )
+
+    @property
+    def token_len(self) -> int:
+        """`max_token_len`, or openpi's for the variant when it is None."""
+        if self.max_token_len is None:
+            return DEFAULT_MAX_TOKEN_LEN.get(self.variant, 0)
+        return self.max_token_len
 
 
+@register_policy
 class PiPolicy(nn.Module):
     """pi0 / pi0.5 over a local PaliGemma directory (see the module docstring).
 
-    Parameters without gradient: the prompt's last language-model layer only matters through
-    its keys and values (the prefix's output is never read), so that layer's q_proj, o_proj,
-    post_attention_layernorm and mlp, and the language model's final norm, are FROZEN
-    (requires_grad False; `self.unused_frozen` names them), as are PaliGemma's lm_head when
-    it is not tied to the embeddings and SigLIP's pooling head when present. Gemma ties
-    lm_head to embed_tokens, which the prompt uses, so with one embodiment every trainable
-    parameter gets a gradient and DDP needs no find_unused_parameters. With several
-    embodiments, a batch's embodiment alone uses its action (and pi0 state) projections.
-    `load_base_weights=False` (a resume) builds PaliGemma from the directory's config alone.
-    `max_token_len` None means openpi's: 200 for pi0.5 (the state is in the prompt), 48 for
-    pi0. On CUDA with bf16, losses and sampling run under bf16 autocast; on CPU in float32.
-    `compile` compiles the vision tower and the expert.
+    Built from a PiConfig and the embodiments. Parameters without gradient: the prompt's
+    last language-model layer only matters through its keys and values (the prefix's
+    output is never read), so that layer's q_proj, o_proj, post_attention_layernorm and
+    mlp, and the language model's final norm, are FROZEN (requires_grad False;
+    `self.unused_frozen` names them), as are PaliGemma's lm_head when it is not tied to the
+    embeddings and SigLIP's pooling head when present. Gemma ties lm_head to embed_tokens,
+    which the prompt uses, so with one embodiment every trainable parameter gets a gradient
+    and DDP needs no find_unused_parameters. With several embodiments, a batch's embodiment
+    alone uses its action (and pi0 state) projections. On CUDA with bf16, losses and
+    sampling run under bf16 autocast; on CPU in float32. `compile` compiles the vision
+    tower and the expert.
     """
 
-    def __init__(
-        self,
-        *,
-        embodiments: Mapping[str, EmbodimentSpec | Mapping[str, Any]],
-        paligemma_path: str | Path,
-        variant: str = "pi05",
-        load_base_weights: bool = True,
-        image_slots: Mapping[str, str | Sequence[str]] | None = None,
-        max_token_len: int | None = None,
-        expert_width: int = 1024,
-        expert_mlp_dim: int = 4096,
-        sample_steps: int = 10,
-        state_bins: int = 256,
-        compile: bool = False,
-    ) -> None:
-        # Every argument but the embodiments, for saving (taken before any local).
-        hyperparameters = {
-            k: v for k, v in locals().items() if k not in ("self", "embodiments", "__class__")
-        }
+    name: ClassVar[str] = "pi"
+    config_type: ClassVar[type[PolicyConfig]] = PiConfig
+    rotation_kinds: ClassVar[tuple[str, ...] | None] = ("rot6d",)  # openpi flows over rot6d
+    local_weights: ClassVar[Mapping[str, LocalWeights]] = {
+        "paligemma_path": LocalWeights(
+            marker="config.json",
+            name="PaliGemma",
+            what="PaliGemma in the transformers format (config.json, weights, tokenizer)",
+            example="/models/paligemma-3b-pt-224",
+            source="a transformers-format PaliGemma, e.g. google/paligemma-3b-pt-224 "
+            "downloaded once",
+        )
+    }
+    specs: dict[str, EmbodimentSpec]
+    _config: PiConfig
+
+    def __init__(self, config: PiConfig, embodiments: Embodiments) -> None:
+        if type(config) is not self.config_type:
+            raise TypeError(
+                f"PiPolicy is built from PiConfig, not {type(config).__name__} "
+                "(build_policy picks the class from the config)"
+            )
         super().__init__()
-        self.hyperparameters = hyperparameters
-        if variant not in VARIANTS:
-            raise ValueError(f"variant: {variant!r} is not one of {list(VARIANTS)}")
+        self._config = config
         if not embodiments:
             raise ValueError("embodiments: PiPolicy needs at least one")
-        max_token_len = DEFAULT_MAX_TOKEN_LEN[variant] if max_token_len is None else max_token_len
-        _check_positive(
-            max_token_len=max_token_len,
-            expert_width=expert_width,
-            expert_mlp_dim=expert_mlp_dim,
-            sample_steps=sample_steps,
-            state_bins=state_bins,
-        )
-        if expert_width % 2:
-            raise ValueError(f"expert_width: must be even (time embedding), got {expert_width}")
-        check_paligemma_path(paligemma_path, weights=load_base_weights)
-        self.variant = variant
-        self.pi05 = variant == "pi05"
-        self.max_token_len = max_token_len
+        path = config.paligemma_path
+        check_paligemma_path(path, weights=config.load_base_weights)
+        self.variant = config.variant
+        self.pi05 = config.variant == "pi05"
+        self.max_token_len = config.token_len
         self._warned_full = False
-        self.sample_steps = sample_steps
-        self.state_bins = state_bins
+        self.sample_steps = config.sample_steps
+        self.state_bins = config.state_bins
         self.specs = {name: EmbodimentSpec.of(spec) for name, spec in embodiments.items()}
-        slots = DEFAULT_IMAGE_SLOTS if image_slots is None else image_slots
+        self._assign_image_slots(config.image_slots)
+        self.tokenizer = load_tokenizer(path)
+        self.paligemma = load_paligemma(path, load_base_weights=config.load_base_weights)
+        self._build_rest(self.paligemma.config, config.expert_width, config.expert_mlp_dim)
+        self.unused_frozen = freeze_unused(self.paligemma)
+        vocabulary = self.paligemma.config.text_config.vocab_size
+        if len(self.tokenizer) > vocabulary:
+            raise ValueError(
+                f"paligemma_path: tokenizer has {len(self.tokenizer)} tokens, more than the "
+                f"model's vocabulary {vocabulary}"
+            )
+        if config.compile:
+            self.paligemma.model.vision_tower.compile()
+            self.expert.compile()
+
+    @property
+    def config(self) -> PiConfig:
+        """The config this policy was built from."""
+        return self._config
+
+    def _assign_image_slots(self, slots: Mapping[str, str | Sequence[str]]) -> None:
+        """Per embodiment, each slot's camera: the first it lists that the embodiment has."""
         self.image_slots = {
             slot: (cameras,) if isinstance(cameras, str) else tuple(cameras)
             for slot, cameras in slots.items()
         }
-        # Per embodiment, each slot's camera: the first it lists that the embodiment has.
         self.slot_cameras = {
             name: {
                 slot: next((c for c in cameras if c in spec.cameras), None)
@@ -288,18 +349,6 @@ class PiPolicy(nn.Module):
                     f"takes; slots are {self.image_slots} (a slot takes the first camera it "
                     "lists that an embodiment has)"
                 )
-        self.tokenizer = load_tokenizer(paligemma_path)
-        self.paligemma = load_paligemma(paligemma_path, load_base_weights=load_base_weights)
-        self._build_rest(self.paligemma.config, expert_width, expert_mlp_dim)
-        self.unused_frozen = freeze_unused(self.paligemma)
-        if len(self.tokenizer) > self.paligemma.config.text_config.vocab_size:
-            raise ValueError(
-                f"paligemma_path: tokenizer has {len(self.tokenizer)} tokens, more than the "
-                f"model's vocabulary {self.paligemma.config.text_config.vocab_size}"
-            )
-        if compile:
-            self.paligemma.model.vision_tower.compile()
-            self.expert.compile()
 
     def _build_rest(self, config: Any, width: int, mlp_dim: int) -> None:
         """The expert and the per-embodiment projections, sized from a PaliGemmaConfig."""
@@ -343,7 +392,8 @@ class PiPolicy(nn.Module):
 
     @property
     def _device(self) -> torch.device:
-        return self.expert.norm.dense.bias.device if self.pi05 else self.expert.norm.weight.device
+        norm = self.expert.norm
+        return norm.weight.device if norm.dense is None else norm.dense.bias.device
 
     def _autocast(self) -> Any:
         device = self._device
@@ -467,7 +517,7 @@ class PiPolicy(nn.Module):
         embodiment = batch["embodiment"]
         self._spec(embodiment)
         size, steps, _ = noisy.shape
-        width = self.action_in[embodiment].out_features
+        width = self.config.expert_width  # that of action_in's outputs
         time = time_embedding(t, width)
         tokens = self.action_in[embodiment](noisy)
         if self.pi05:
@@ -558,7 +608,7 @@ class PiPolicy(nn.Module):
         ]
 
 
-def freeze_unused(paligemma: nn.Module | Any) -> list[str]:
+def freeze_unused(paligemma: Any) -> list[str]:
     """Freeze what Pi never reads (see PiPolicy's docstring); their parameter names."""
     language = paligemma.model.language_model
     last = language.layers[-1]

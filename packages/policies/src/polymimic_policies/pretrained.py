@@ -19,6 +19,7 @@ class PretrainedWeightsError(ValueError):
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The file's sha256, as hex."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -31,8 +31,9 @@ under `torch.device("meta")` to size it without memory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -45,48 +46,62 @@ from polymimic_policies.action_heads import (
     _key,
     sinusoidal_embedding,
 )
-from polymimic_policies.hpt import PROMPT, SHARED_HEAD, EmbodimentSpec, HPTPolicy
+from polymimic_policies.hpt import PROMPT, HPTConfig, HPTPolicy
+from polymimic_policies.policy import Embodiments, register_policy
+from polymimic_policies.policy_config import PolicyConfig, positive_integers
 
 TIME_FREQUENCIES = 256  # sinusoidal features of the diffusion timestep, as in DiT and RDT
 BETA_SCHEDULE = "squaredcos_cap_v2"
 
 
-def _check_rdt(
-    *,
-    rdt_width: int,
-    rdt_layers: int,
-    rdt_heads: int,
-    rdt_mlp_ratio: float,
-    train_timesteps: int,
-    sample_steps: int,
-) -> None:
-    """ValueError naming the first RDT argument that cannot work: `<name>: <why>; <what works>`."""
-    counts = {
-        "rdt_width": rdt_width,
-        "rdt_layers": rdt_layers,
-        "rdt_heads": rdt_heads,
-        "train_timesteps": train_timesteps,
-        "sample_steps": sample_steps,
+@dataclass(frozen=True)
+class RDTConfig(HPTConfig):
+    """RDTPolicy's config: HPTConfig's fields for the stems and trunk, plus the RDT head's.
+
+    `rdt_width`, `rdt_layers`, `rdt_heads` and `rdt_mlp_ratio` size the DiT head;
+    `train_timesteps` is the DDPM schedule's length and `sample_steps` (5 here, against
+    HPT's 10) the number of DPM-Solver++ steps. HPT's `head`, `head_layers` and
+    `regression_loss` do not apply: the RDT head replaces HPT's.
+    """
+
+    unused_fields: ClassVar[Mapping[str, str]] = {
+        "head": "the RDT head replaces HPT's heads",
+        "head_layers": "the RDT head's depth is rdt_layers",
+        "regression_loss": "the RDT head is trained as DDPM",
     }
-    for name, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-    if rdt_width % rdt_heads:
-        divisors = [n for n in range(1, rdt_width + 1) if rdt_width % n == 0]
-        raise ValueError(
-            f"rdt_heads: {rdt_heads} does not divide rdt_width={rdt_width}; choose one of "
-            f"{divisors}"
+
+    sample_steps: int = 5  # DPM-Solver++ steps (RDT samples in 5); HPT's default is 10
+    rdt_width: int = 128
+    rdt_layers: int = 4
+    rdt_heads: int = 4
+    rdt_mlp_ratio: float = 1.0
+    train_timesteps: int = 1000
+
+    def __post_init__(self) -> None:
+        """ValueError naming the first field that cannot work: `<name>: <why>; <what works>`."""
+        super().__post_init__()
+        positive_integers(
+            rdt_width=self.rdt_width,
+            rdt_layers=self.rdt_layers,
+            rdt_heads=self.rdt_heads,
+            train_timesteps=self.train_timesteps,
         )
-    if not isinstance(rdt_mlp_ratio, (int, float)) or int(rdt_width * rdt_mlp_ratio) < 1:
-        raise ValueError(
-            f"rdt_mlp_ratio: must make an MLP of at least one unit (rdt_width * rdt_mlp_ratio "
-            f">= 1), got {rdt_mlp_ratio!r}; RDT uses 1.0"
-        )
-    if sample_steps > train_timesteps:
-        raise ValueError(
-            f"sample_steps: {sample_steps} is more than train_timesteps={train_timesteps}; "
-            "choose at most that (RDT samples in 5)"
-        )
+        width, heads = self.rdt_width, self.rdt_heads
+        if width % heads:
+            divisors = [n for n in range(1, width + 1) if width % n == 0]
+            raise ValueError(
+                f"rdt_heads: {heads} does not divide rdt_width={width}; choose one of {divisors}"
+            )
+        if int(width * self.rdt_mlp_ratio) < 1:
+            raise ValueError(
+                f"rdt_mlp_ratio: must make an MLP of at least one unit (rdt_width * rdt_mlp_ratio "
+                f">= 1), got {self.rdt_mlp_ratio!r}; RDT uses 1.0"
+            )
+        if self.sample_steps > self.train_timesteps:
+            raise ValueError(
+                f"sample_steps: {self.sample_steps} is more than train_timesteps="
+                f"{self.train_timesteps}; choose at most that (RDT samples in 5)"
+            )
 
 
 def _schedule(train_timesteps: int) -> dict[str, Any]:
@@ -186,14 +201,6 @@ class RDTHead(GroupedActions, nn.Module):
         sample_steps: int,
     ) -> None:
         super().__init__()
-        _check_rdt(
-            rdt_width=rdt_width,
-            rdt_layers=rdt_layers,
-            rdt_heads=rdt_heads,
-            rdt_mlp_ratio=rdt_mlp_ratio,
-            train_timesteps=train_timesteps,
-            sample_steps=sample_steps,
-        )
         width = rdt_width
         self.train_timesteps = train_timesteps
         self.sample_steps = sample_steps
@@ -276,14 +283,14 @@ class RDTHead(GroupedActions, nn.Module):
         embodiment: str,
     ) -> torch.Tensor:
         """DDPM with the clean chunk as target: MSE over the valid steps of `mask`."""
-        from diffusers import DDPMScheduler
+        from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
 
         scheduler = DDPMScheduler(**_schedule(self.train_timesteps), clip_sample=False)
         noise = torch.randn_like(actions)
         timesteps = torch.randint(
             0, self.train_timesteps, (actions.shape[0],), device=actions.device
         )
-        noisy = scheduler.add_noise(actions, noise, timesteps)
+        noisy = scheduler.add_noise(actions, noise, cast(torch.IntTensor, timesteps))
         predicted = self(noisy, timesteps, state, context, language, embodiment, ~mask)
         return ActionHead.masked_mean((predicted - actions).pow(2), mask)
 
@@ -298,7 +305,9 @@ class RDTHead(GroupedActions, nn.Module):
         noise: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`sample_steps` of DPM-Solver++ from noise (given, or drawn from `generator`)."""
-        from diffusers import DPMSolverMultistepScheduler
+        from diffusers.schedulers.scheduling_dpmsolver_multistep import (
+            DPMSolverMultistepScheduler,
+        )
 
         _, horizon = self._spec(embodiment)
         shape = (context.shape[0], horizon, self.action_dim(embodiment))
@@ -315,120 +324,52 @@ class RDTHead(GroupedActions, nn.Module):
         for t in scheduler.timesteps:
             timesteps = t.expand(shape[0])
             predicted = self(x, timesteps, state, context, language, embodiment)
-            x = scheduler.step(predicted, t, x).prev_sample
+            x = scheduler.step(predicted, t, x, return_dict=False)[0]
         return x
 
 
+@register_policy
 class RDTPolicy(HPTPolicy):
     """HPT's stems and trunk with RDT diffusion heads (see the module docstring).
 
-    Takes HPTPolicy's arguments but `head`, `head_layers` and `regression_loss` (the RDT
-    head replaces them: `rdt_layers` is its depth), plus the RDT ones. `sample_steps` is the
-    number of DPM-Solver++ steps; `train_timesteps` that of the DDPM schedule.
+    Built from an RDTConfig (HPTConfig's fields and the RDT head's) and the embodiments.
     """
 
-    def __init__(
-        self,
-        *,
-        embodiments: Mapping[str, EmbodimentSpec | Mapping[str, Any]],
-        d_model: int = 128,
-        trunk_layers: int = 2,
-        num_heads: int = 4,
-        mlp_ratio: float = 4.0,
-        drop_path: float = 0.0,
-        image_tokens: int = 8,
-        state_tokens: int = 2,
-        text_tokens: int = 4,
-        readout_tokens: int = 4,
-        image_backbone: str = "resnet",
-        resnet_blocks: Sequence[int] = (2, 2, 2, 2),
-        vit_layers: int = 4,
-        vit_patch_size: int = 8,
-        freeze_backbone: bool = False,
-        use_prompt: bool = False,
-        text_layers: int = 2,
-        max_prompt_bytes: int = 128,
-        shared_stems: Mapping[str, str] | None = None,
-        shared_head: bool = False,
-        sample_steps: int = 5,
-        residual_actions: bool = False,
-        rdt_width: int = 128,
-        rdt_layers: int = 4,
-        rdt_heads: int = 4,
-        rdt_mlp_ratio: float = 1.0,
-        train_timesteps: int = 1000,
-        pretrained: Mapping[str, Mapping[str, str]] | None = None,
-        compile: bool = False,
-    ) -> None:
-        # Every argument but the embodiments, for save_pretrained (taken before any local).
-        hyperparameters = {
-            k: v for k, v in locals().items() if k not in ("self", "embodiments", "__class__")
-        }
-        rdt = {
-            "rdt_width": rdt_width,
-            "rdt_layers": rdt_layers,
-            "rdt_heads": rdt_heads,
-            "rdt_mlp_ratio": rdt_mlp_ratio,
-            "train_timesteps": train_timesteps,
-        }
-        _check_rdt(sample_steps=sample_steps, **rdt)
-        # HPTPolicy.__init__ builds the heads through self._heads, so the RDT options must be
-        # in place before it runs (a plain attribute; nn.Module.__init__ leaves it alone).
-        self._rdt_options = rdt
-        super().__init__(
-            embodiments=embodiments,
-            d_model=d_model,
-            trunk_layers=trunk_layers,
-            num_heads=num_heads,
-            mlp_ratio=mlp_ratio,
-            drop_path=drop_path,
-            image_tokens=image_tokens,
-            state_tokens=state_tokens,
-            text_tokens=text_tokens,
-            readout_tokens=readout_tokens,
-            image_backbone=image_backbone,
-            resnet_blocks=resnet_blocks,
-            vit_layers=vit_layers,
-            vit_patch_size=vit_patch_size,
-            freeze_backbone=freeze_backbone,
-            use_prompt=use_prompt,
-            text_layers=text_layers,
-            max_prompt_bytes=max_prompt_bytes,
-            shared_stems=shared_stems,
-            shared_head=shared_head,
-            sample_steps=sample_steps,
-            residual_actions=residual_actions,
-            pretrained=pretrained,
-            compile=compile,
-        )
-        self.hyperparameters = hyperparameters
+    name: ClassVar[str] = "rdt"
+    config_type: ClassVar[type[PolicyConfig]] = RDTConfig
 
-    def _heads(  # type: ignore[override]
-        self,
-        kind: str,
-        shared: bool,
-        d_model: int,
-        num_heads: int,
-        layers: int,
-        sample_steps: int,
-        regression_loss: str,
-    ) -> dict[str, RDTHead]:
-        """RDT heads in place of HPT's (`kind`, `layers`, `regression_loss` do not apply)."""
-        served = {SHARED_HEAD: list(self.specs)} if shared else {n: [n] for n in self.specs}
+    def __init__(self, config: RDTConfig, embodiments: Embodiments) -> None:
+        super().__init__(config, embodiments)
+
+    @property
+    def config(self) -> RDTConfig:
+        """The config this policy was built from."""
+        config = self._config
+        assert isinstance(config, RDTConfig)
+        return config
+
+    def _heads(self) -> dict[str, nn.Module]:
+        """RDT heads in place of HPT's, one per embodiment or one shared."""
+        c = self.config
         return {
             head: RDTHead(
                 groups={e: self.specs[e].groups for e in names},
                 horizons={e: self.specs[e].horizon for e in names},
                 state_dims={e: self.specs[e].state_dim for e in names},
-                context_dim=d_model,
+                context_dim=c.d_model,
                 language=self.use_prompt,
-                sample_steps=sample_steps,
-                **self._rdt_options,
+                rdt_width=c.rdt_width,
+                rdt_layers=c.rdt_layers,
+                rdt_heads=c.rdt_heads,
+                rdt_mlp_ratio=c.rdt_mlp_ratio,
+                train_timesteps=c.train_timesteps,
+                sample_steps=c.sample_steps,
             )
-            for head, names in served.items()
+            for head, names in self._served().items()
         }
 
     def head_for(self, embodiment: str) -> RDTHead:  # type: ignore[override]
+        """The RDT head that serves `embodiment` (its own, or the shared one)."""
         return self.heads[self.head_of[embodiment]]  # type: ignore[return-value]
 
     def conditions(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:

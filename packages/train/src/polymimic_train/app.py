@@ -10,20 +10,23 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 import platformdirs
 from omegaconf import DictConfig, OmegaConf
 
-from polymimic_train import run_dirs
-from polymimic_train.run_config import (
-    ConfigError,
-    check_config,
-    check_data_roots,
-    declare_data_embodiments,
-)
+from polymimic_train.run_config import ConfigError, check_config
+from polymimic_train.runs import run_dirs
+
+if TYPE_CHECKING:
+    from polymimic_data import Normalizer
+    from polymimic_policies import Policy
+    from polymimic_train.lightning.data_module import EmbodimentDataModule
+    from polymimic_train.lightning.policy_module import PolicyModule
+    from polymimic_train.run_episodes import DatasetEpisodes
 
 log = logging.getLogger("polymimic_train")
 
@@ -67,53 +70,97 @@ def _callbacks_and_loggers(cfg: DictConfig) -> tuple[list[Any], list[Any]]:
     return build(cfg.callbacks), build(cfg.logger)
 
 
-def _checked(cfg: DictConfig, resume_from: Path | None) -> tuple[dict[str, Any], Any]:
-    """Every check that can fail before data preparation; the data config and the policy."""
-    declare_data_embodiments(cfg.data, Path(cfg.paths.cache_dir) / "episode_index")
-    check_config(cfg)
-    check_data_roots(cfg.data, Path(cfg.paths.cache_dir) / "episode_index")
+def checked_data(
+    cfg: DictConfig, *, initial_weights: bool = True
+) -> tuple[dict[str, Any], DatasetEpisodes | None]:
+    """Every check of the config that needs no model, with each dataset's episodes.
+
+    Episodes under `data.roots` are resolved here, once per dataset (naming `auto`
+    embodiments); generated ones are made and resolved by the data module, after every
+    check. Returns the data config as plain data, and the episodes (None if generated).
+    `initial_weights`: the policy will be built afresh, not loaded from a checkpoint.
+    """
+    from polymimic_train.run_episodes import resolve_real_datasets
+
+    episodes = None
+    if not cfg.data.get("synthetic"):
+        episodes = resolve_real_datasets(cfg.data, cfg.paths.cache_dir)
+    check_config(cfg, initial_weights=initial_weights)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     assert isinstance(data_cfg, dict)
+    return {str(k): v for k, v in data_cfg.items()}, episodes
+
+
+def _checked(
+    cfg: DictConfig, resume_from: Path | None
+) -> tuple[dict[str, Any], DatasetEpisodes | None, Policy]:
+    """Every check that can fail before data preparation; the data, its episodes, the policy."""
+    data_cfg, episodes = checked_data(cfg, initial_weights=resume_from is None)
     policy = _build_policy(cfg, data_cfg, resuming=resume_from is not None)
     if resume_from is not None:
-        from polymimic_train.run_config import check_resume_fits
+        from polymimic_train.runs.run_dirs import check_resume_fits
 
         check_resume_fits(resume_from, policy)
-    return data_cfg, policy
+    return data_cfg, episodes, policy
+
+
+def components(
+    cfg: DictConfig,
+    data_cfg: dict[str, Any],
+    episodes: DatasetEpisodes | None,
+    policy: Policy,
+    normalizer: Normalizer | None = None,
+) -> tuple[EmbodimentDataModule, PolicyModule]:
+    """The data module (prepared) and the policy module, as training and evaluation use them.
+
+    `normalizer`: a trained policy's (evaluate); without it, the one of the statistics
+    computed from the training episodes, recorded into every checkpoint.
+    """
+    from polymimic_data.samples import ImageAugmentation
+    from polymimic_train.lightning.data_module import EmbodimentDataModule
+    from polymimic_train.lightning.policy_module import PolicyModule
+
+    datamodule = EmbodimentDataModule(
+        data_cfg,
+        data_root=cfg.paths.data_root,
+        cache_dir=cfg.paths.cache_dir,
+        seed=cfg.seed,
+        episodes=episodes,
+    )
+    datamodule.prepare()
+    assert datamodule.normalizer is not None
+    augment = data_cfg.get("augment")
+    module = PolicyModule(
+        policy,
+        normalizer if normalizer is not None else datamodule.normalizer,
+        datamodule.layouts,
+        val_sample_seed=cfg.val_sample_seed,
+        augmentation=ImageAugmentation(**augment) if augment else None,
+        record=None if normalizer is not None else _policy_record(data_cfg, policy, datamodule),
+        **cfg.optim,
+    )
+    return datamodule, module
 
 
 def _fit(
-    cfg: DictConfig, run_dir: Path, resume_from: Path | None, data_cfg: dict[str, Any], policy: Any
+    cfg: DictConfig,
+    run_dir: Path,
+    resume_from: Path | None,
+    checked: tuple[dict[str, Any], DatasetEpisodes | None, Policy],
 ) -> dict[str, Any]:
     """Prepare the data, fit, and summarise the final weights."""
     import lightning.pytorch as pl
     from hydra.utils import instantiate
 
     from polymimic_data.store import write_json_atomic
-    from polymimic_data.samples import ImageAugmentation
     from polymimic_strategies import fit_torch_threads, reap_stale_gpu_processes
-    from polymimic_train.data_module import EmbodimentDataModule
-    from polymimic_train.policy_module import PolicyModule
-    from polymimic_train.run_record import record_run_start, summarise
+    from polymimic_train.runs.run_record import record_run_start, summarise
 
     if cfg.reap_stale_gpu_processes and "SLURM_JOB_ID" in os.environ and _launched_rank_zero():
         reap_stale_gpu_processes()  # once per node
     fit_torch_threads()  # a container's CPU quota, not the host's cores
     pl.seed_everything(cfg.seed, workers=True)
-    datamodule = EmbodimentDataModule(
-        data_cfg, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir, seed=cfg.seed
-    )
-    datamodule.prepare()
-    assert datamodule.normalizer is not None
-    module = PolicyModule(
-        policy,
-        datamodule.normalizer,
-        datamodule.layouts,
-        val_sample_seed=cfg.val_sample_seed,
-        augmentation=ImageAugmentation(**data_cfg["augment"]) if data_cfg.get("augment") else None,
-        record=_policy_record(cfg, data_cfg, policy, datamodule),
-        **cfg.optim,
-    )
+    datamodule, module = components(cfg, *checked)
     callbacks, loggers = _callbacks_and_loggers(cfg)
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
     if trainer.is_global_zero:
@@ -132,20 +179,24 @@ def _fit(
     return summary
 
 
+def policy_embodiments(data_cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """What the policy is told of each dataset's embodiment, from the data config alone."""
+    from polymimic_data import embodiment_specs
+
+    return embodiment_specs(
+        data_cfg["datasets"], history=int(data_cfg["history"]), horizon=int(data_cfg["horizon"])
+    )
+
+
 def _policy_record(
-    cfg: DictConfig, data_cfg: dict[str, Any], policy: Any, datamodule: Any
+    data_cfg: dict[str, Any], policy: Policy, datamodule: EmbodimentDataModule
 ) -> dict[str, Any]:
     """What a checkpoint carries for `load_policy`: plain data only."""
-    from polymimic_train.run_config import embodiment_specs
-    from polymimic_train.trained_policy import policy_record
+    from polymimic_train.trained_policy import checkpoint_record
 
-    kwargs = OmegaConf.to_container(cfg.model, resolve=True)
-    assert isinstance(kwargs, dict)
-    kwargs = {k: v for k, v in kwargs.items() if k != "_target_"} | {"pretrained": {}}
-    return policy_record(
+    return checkpoint_record(
         policy=policy,
-        policy_kwargs=kwargs,
-        embodiments=embodiment_specs(data_cfg),
+        embodiments=policy_embodiments(data_cfg),
         layouts=datamodule.layouts,
         norm_stats=datamodule.norm_stats,
         norm_mode=data_cfg["norm"]["mode"],
@@ -153,26 +204,32 @@ def _policy_record(
     )
 
 
-def _build_policy(cfg: DictConfig, data_cfg: dict[str, Any], resuming: bool = False) -> Any:
+def _build_policy(cfg: DictConfig, data_cfg: dict[str, Any], resuming: bool = False) -> Policy:
     """The policy, from config alone; its own complaints name the model field.
 
-    A resumed run does not load base weights (e.g. PaliGemma's): the checkpoint has them.
+    A resumed run reads no initial weights (pretrained parts, PaliGemma's base weights):
+    the checkpoint has them.
     """
     import torch
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    from polymimic_train.run_config import embodiment_specs
+    from polymimic_policies import PolicyConfig, build_policy
 
     torch.manual_seed(cfg.seed)  # the initial weights (Lightning seeds the rest later)
-    extra = {"load_base_weights": False} if resuming and "load_base_weights" in cfg.model else {}
     try:
-        return instantiate(cfg.model, embodiments=embodiment_specs(data_cfg), **extra)
+        config = instantiate(cfg.model)
+        assert isinstance(config, PolicyConfig)
+        if resuming:
+            config = config.without_initial_weights()
+        return build_policy(config, policy_embodiments(data_cfg))
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, ValueError | TypeError):
             raise ConfigError(f"model.{cause}") from cause
         raise
+    except ValueError as exc:
+        raise ConfigError(f"model.{exc}") from exc
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -185,18 +242,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     fresh = not (run_dir / run_dirs.RECORD).exists() and run_dirs.last_checkpoint(run_dir) is None
     try:
         resume_from = run_dirs.checkpoint_to_resume(cfg.resume, run_dir, cfg.name)
-        data_cfg, policy = _checked(cfg, resume_from)
+        checked = _checked(cfg, resume_from)
     except (ConfigError, run_dirs.RunDirError):
         if fresh and _launched_rank_zero():
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     if not _launched_rank_zero():
-        return _fit(cfg, run_dir, resume_from, data_cfg, policy)
+        return _fit(cfg, run_dir, resume_from, checked)
     if resume_from is not None:
         log.info("resuming from %s", resume_from.resolve())
     lock = run_dirs.start(run_dir, resumed_from=resume_from)
     try:
-        summary = _fit(cfg, run_dir, resume_from, data_cfg, policy)
+        summary = _fit(cfg, run_dir, resume_from, checked)
         run_dirs.write_record(run_dir, "finished", steps=summary["steps"])
     except BaseException as exc:
         run_dirs.write_record(run_dir, "failed", error=f"{type(exc).__name__}: {exc}")
@@ -208,6 +265,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> None:
+    """Hydra's entry: train per the composed config; a config error is one line, exit 2."""
     try:
         run(cfg)
     except (ConfigError, run_dirs.RunDirError) as exc:

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from polymimic_train.run_dirs import CHECKPOINTS, create_run_dir
+from polymimic_train.runs.run_dirs import CHECKPOINTS, create_run_dir
 
 
 def _compose(checkpoint: Path, overrides: list[str]) -> tuple[DictConfig, Path | None]:
@@ -41,29 +41,22 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
     from hydra.utils import instantiate
 
     from polymimic_data.store import write_json_atomic
-    from polymimic_train.data_module import EmbodimentDataModule
-    from polymimic_train.policy_module import PolicyModule
-    from polymimic_train.run_config import declare_data_embodiments
-    from polymimic_train.run_record import summarise
+    from polymimic_train.app import checked_data, components
+    from polymimic_train.runs.run_record import summarise
     from polymimic_train.trained_policy import load_policy
 
     checkpoint = Path(checkpoint)
     cfg, run_dir = _compose(checkpoint, list(overrides or []))
-    declare_data_embodiments(cfg.data, Path(cfg.paths.cache_dir) / "episode_index")
+    # As train checks and resolves them; the weights come from the checkpoint.
+    data_cfg, episodes = checked_data(cfg, initial_weights=False)
     out = create_run_dir((run_dir or checkpoint.parent) / "eval", ".")
-    trained = load_policy(checkpoint, embodiment=next(iter(cfg.data.datasets.values())).embodiment)
-    data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
-    assert isinstance(data_cfg, dict)
-    datamodule = EmbodimentDataModule(
-        data_cfg, data_root=cfg.paths.data_root, cache_dir=cfg.paths.cache_dir, seed=cfg.seed
-    )
-    datamodule.prepare()
-    module = PolicyModule(
+    trained = load_policy(checkpoint, embodiment=next(iter(data_cfg["datasets"])))
+    datamodule, module = components(
+        cfg,
+        data_cfg,
+        episodes,
         trained.policy,
-        trained.normalizer,  # the checkpoint's statistics, not recomputed ones
-        datamodule.layouts,
-        val_sample_seed=cfg.val_sample_seed,
-        **cfg.optim,
+        normalizer=trained.normalizer,  # the checkpoint's statistics, not recomputed ones
     )
     callbacks = [  # the pictures of a validation, as training draws them
         instantiate(cfg.callbacks[name], at_step=trained.step)
@@ -94,6 +87,7 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The `evaluate` command: `checkpoint=<path>` and overrides (see the module docstring)."""
     args = list(sys.argv[1:] if argv is None else argv)
     given = [a for a in args if a.startswith("checkpoint=")]
     if len(given) != 1 or args[0] in ("-h", "--help"):

@@ -1,7 +1,7 @@
 """`export checkpoint=<path> [out=<folder>] [overwrite=true]`: a policy for deployment.
 
 Writes `model.safetensors` (the policy's and the normaliser's tensors, no optimizer or
-training state) and `config.json` (the policy's class and arguments, embodiments, layouts,
+training state) and `config.json` (the policy's registered name and config, embodiments, layouts,
 normalisation statistics and the training step), which `load_policy(<folder>)` loads.
 The default folder is `<run dir>/export/step<N>` beside the run's checkpoints.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The `export` command (see the module docstring)."""
     given = sys.argv[1:] if argv is None else argv
     args = dict(a.split("=", 1) for a in given if "=" in a)
     if "checkpoint" not in args or set(args) - {"checkpoint", "out", "overwrite"}:

@@ -6,11 +6,14 @@ what would work, so a misconfigured run ends in seconds, not after data preparat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    from polymimic_policies import Policy
 
 
 class ConfigError(ValueError):
@@ -105,190 +108,125 @@ def _check_datasets(data: DictConfig) -> None:
             raise ConfigError(f"{where}.weight: must be a positive number, got {weight!r}")
 
 
-# Policies that model rotations in one representation only: the target's class -> kind.
-# Pi predicts rotations as rot6d, as openpi does; its flow over quaternions or angles
-# would cross the sign and wrap-around discontinuities those have.
-_ROTATION_ONLY = {"PiPolicy": "rot6d"}
 _ROTATION_KINDS = ("quaternion", "euler", "rot6d")
+_INTERPOLATION = re.compile(r"^\$\{([\w.]+)\}$")  # `${paths.paligemma}`: that key
+_ENV = re.compile(r"^\$\{oc\.env:(\w+)")  # `${oc.env:NAME,...}`: that variable
 
 
-def _check_model_layouts(cfg: DictConfig) -> None:
-    from polymimic_data.embodiments import get_embodiment
+def model_policy_type(cfg: DictConfig) -> type[Policy]:
+    """The registered policy class the model config builds, from its `_target_` alone.
+
+    Nothing is resolved or built, so the checks that read what a model declares about
+    itself (`rotation_kinds`, `local_weights`) run before any weight is made or read.
+    """
+    from hydra.utils import get_class
+
+    from polymimic_policies import policy_class, registered_policies
 
     target = str(OmegaConf.select(cfg, "model._target_", default=""))
-    required = _ROTATION_ONLY.get(target.rpartition(".")[2])
+    try:
+        config_type = get_class(target)
+    except Exception:
+        config_type = None
+    for name in registered_policies():
+        if policy_class(name).config_type is config_type:
+            return policy_class(name)
+    raise ConfigError(
+        f"model._target_: {target!r} is not the config of a registered policy; the model "
+        f"configs build one of {registered_policies()} (e.g. polymimic_policies.HPTConfig)"
+    )
+
+
+def _fitting_layout(embodiment: Any, layout: Any, required: tuple[str, ...]) -> str:
+    """The layout of `embodiment` whose rotations are all of `required`, same family first."""
+    fitting = [
+        candidate
+        for candidate in embodiment.layouts
+        if all(
+            g.kind in required
+            for g in embodiment.layout(candidate).groups
+            if g.kind in _ROTATION_KINDS
+        )
+    ]
+    # The fitting layout of the same family first: eva_cartesian_quat -> ..._rot6d.
+    family = layout.name.rpartition("_")[0] + "_"
+    fitting.sort(key=lambda candidate: not candidate.startswith(family))
+    return fitting[0] if fitting else f"<a layout with {' or '.join(required)} rotations>"
+
+
+def _check_model_layouts(cfg: DictConfig, policy_type: type[Policy]) -> None:
+    """Each dataset's rotations are of a kind the model predicts (its `rotation_kinds`)."""
+    from polymimic_data.embodiments import get_embodiment
+
+    required = policy_type.rotation_kinds
     if required is None:
         return
     for name, spec in (cfg.data.get("datasets") or {}).items():
         embodiment = get_embodiment(str(spec.get("embodiment")))
         layout = embodiment.layout(spec.get("layout"))
-        kinds = sorted({g.kind for g in layout.groups if g.kind in _ROTATION_KINDS} - {required})
-        if not kinds:
-            continue
-        fitting = [
-            candidate
-            for candidate in embodiment.layouts
-            if all(
-                g.kind == required
-                for g in embodiment.layout(candidate).groups
-                if g.kind in _ROTATION_KINDS
+        kinds = sorted({g.kind for g in layout.groups if g.kind in _ROTATION_KINDS} - set(required))
+        if kinds:
+            raise ConfigError(
+                f"data.datasets.{name}.layout: {layout.name!r} has {kinds[0]} rotations, and "
+                f"model {policy_type.__name__} predicts {' or '.join(required)} only; use "
+                f"data.datasets.{name}.layout={_fitting_layout(embodiment, layout, required)}"
             )
-        ]
-        # The fitting layout of the same family first: eva_cartesian_quat -> ..._rot6d.
-        family = layout.name.rpartition("_")[0] + "_"
-        fitting.sort(key=lambda candidate: not candidate.startswith(family))
-        use = fitting[0] if fitting else f"<a layout with {required} rotations>"
-        raise ConfigError(
-            f"data.datasets.{name}.layout: {layout.name!r} has {kinds[0]} rotations, and "
-            f"model {target.rpartition('.')[2]} predicts {required} only; use "
-            f"data.datasets.{name}.layout={use}"
-        )
 
 
-def _check_local_weights(cfg: DictConfig) -> None:
-    """A model reading a local PaliGemma (`paths.paligemma`) has one there."""
-    model = OmegaConf.to_container(cfg.model, resolve=False)
-    assert isinstance(model, dict)
-    if model.get("paligemma_path") != "${paths.paligemma}":
-        return  # no PaliGemma, or one the config makes itself (pi_tiny)
-    where = cfg.paths.paligemma
-    example = "/models/paligemma-3b-pt-224"
-    if where is None:
-        raise ConfigError(
-            "paths.paligemma: this model needs a local PaliGemma in the transformers format "
-            f"(config.json, weights, tokenizer); set POLYMIMIC_PALIGEMMA_DIR={example} or "
-            f"paths.paligemma={example}"
-        )
-    if not (Path(where) / "config.json").is_file():
-        raise ConfigError(
-            f"paths.paligemma: {where} is not a PaliGemma directory (no config.json there); "
-            "point it at a transformers-format PaliGemma, e.g. google/paligemma-3b-pt-224 "
-            "downloaded once"
-        )
+def _node(container: Any, key: str) -> Any:
+    for part in key.split("."):
+        container = container.get(part) if isinstance(container, dict) else None
+    return container
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Every check that needs no data and no model: numbers, names, choices."""
+def _where_set(cfg: DictConfig, key: str) -> tuple[str, str | None] | None:
+    """Where a user sets `key`, and the environment variable read there (if any).
+
+    That is `key` itself, or the key it interpolates (`${paths.paligemma}`); None when a
+    resolver makes the value (pi_tiny's tiny PaliGemma).
+    """
+    container = OmegaConf.to_container(cfg, resolve=False)
+    raw = _node(container, key)
+    if not isinstance(raw, str) or "${" not in raw:
+        return key, None
+    match = _INTERPOLATION.match(raw)
+    if match is None:
+        return None  # e.g. pi_tiny's `${polymimic.tiny_paligemma:...}` makes its own
+    source = match[1]
+    env = _ENV.match(str(_node(container, source)))
+    return source, env[1] if env else None
+
+
+def _check_local_weights(cfg: DictConfig, policy_type: type[Policy]) -> None:
+    """Each local weights directory the model declares (`local_weights`) is there."""
+    for field, weights in policy_type.local_weights.items():
+        where_set = _where_set(cfg, f"model.{field}")
+        if where_set is None:
+            continue
+        where, env = where_set
+        value = OmegaConf.select(cfg, where, default=None)
+        example = weights.example
+        setting = f"set {env}={example} or {where}={example}" if env else f"set {where}={example}"
+        if value is None:
+            raise ConfigError(f"{where}: this model needs a local {weights.what}; {setting}")
+        if not (Path(value) / weights.marker).is_file():
+            raise ConfigError(
+                f"{where}: {value} is not a {weights.name} directory (no {weights.marker} "
+                f"there); point it at {weights.source}"
+            )
+
+
+def check_config(cfg: DictConfig, *, initial_weights: bool = True) -> type[Policy]:
+    """Every check that needs no data and no model: numbers, names, choices.
+
+    Returns the policy class the model config builds: what it declares about itself is
+    checked here (the rotations it predicts; with `initial_weights`, a run that builds
+    the policy afresh rather than from a checkpoint, the local weights it reads).
+    """
     _check_numbers(cfg)
     _check_datasets(cfg.data)
-    _check_model_layouts(cfg)
-    _check_local_weights(cfg)
-
-
-def embodiment_specs(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """What the policy is told of each dataset's embodiment: plain numbers and names.
-
-    From the config alone (layouts fix the widths), so the policy can be built, and its
-    config checked, before any data is read.
-    """
-    from polymimic_data.embodiments import get_embodiment
-
-    specs = {}
-    for name, spec in data["datasets"].items():
-        embodiment = get_embodiment(str(spec["embodiment"]))
-        layout = embodiment.layout(spec.get("layout"))
-        specs[name] = {
-            "state_dim": layout.dim,
-            "action_dim": layout.dim,
-            "history": int(data["history"]),
-            "horizon": int(data["horizon"]),
-            "cameras": list(spec.get("cameras", ["front_1"])),
-            "action_groups": [[group.name, group.width] for group in layout.groups],
-        }
-    return specs
-
-
-AUTO = "auto"
-
-
-def declare_data_embodiments(data: Any, cache_dir: Path) -> None:
-    """Register the embodiments declared by the episodes under `data.roots`, where needed.
-
-    Episodes imported from LeRobot declare theirs. In place: `embodiment: auto` becomes the
-    one embodiment those episodes declare, and `cameras: auto` all of its cameras.
-    """
-    from polymimic_data.embodiments import declare_from
-    from polymimic_data.embodiments import get_embodiment, registered_embodiments
-    from polymimic_data.episodes import job_cache_dir, resolve_episodes
-
-    datasets = data.get("datasets") or {}
-    known = set(registered_embodiments())
-    wanted = [n for n, s in datasets.items() if str(s.get("embodiment")).lower() not in known]
-    if not wanted or data.get("synthetic"):
-        return
-    roots = list(data.get("roots") or [])
-    missing = [r for r in roots if not Path(r).is_dir()]
-    if not roots or missing:
-        raise ConfigError(
-            f"data.roots: {missing or 'unset'}; datasets {wanted} name embodiments declared by "
-            "episodes (e.g. from `polymimic-data import-lerobot`), so data.roots must hold them"
-        )
-    episodes = resolve_episodes(roots, cache_dir=job_cache_dir(cache_dir))
-    declared = declare_from((str(e.path), e.attrs) for e in episodes)
-    renamed = {}
-    for name, spec in datasets.items():
-        if name in wanted and str(spec.get("embodiment")).lower() == AUTO:
-            if len(declared) != 1:
-                raise ConfigError(
-                    f"data.datasets.{name}.embodiment: auto needs the episodes under "
-                    f"data.roots to declare exactly one embodiment; they declare {declared}. "
-                    f"Name one: data.datasets.{name}.embodiment=<name>"
-                )
-            spec["embodiment"] = name = declared[0]  # a dataset is named by its embodiment
-        if spec.get("cameras") == AUTO and str(spec["embodiment"]).lower() in set(
-            registered_embodiments()
-        ):  # (a name declared nowhere under the roots: _check_datasets says so)
-            spec["cameras"] = list(get_embodiment(str(spec["embodiment"])).cameras)
-        renamed[name] = spec
-    data["datasets"] = renamed
-
-
-def check_data_roots(data: Mapping[str, Any], cache_dir: Path) -> None:
-    """Each dataset of real episodes finds some under `data.roots` (generated data always does)."""
-    if data.get("synthetic"):
-        return
-    from polymimic_data.episodes import job_cache_dir, resolve_episodes
-
-    roots = list(data.get("roots") or [])
-    if not roots:
-        raise ConfigError(
-            "data.roots: set it to folders of episodes, e.g. 'data.roots=[/data/eva]'"
-        )
-    for root in roots:
-        if not Path(root).is_dir():
-            raise ConfigError(f"data.roots: {root} does not exist or is not a folder")
-    for name, spec in data["datasets"].items():
-        filters = {**(data.get("filters") or {}), **(spec.get("filters") or {})}
-        filters["embodiment"] = spec["embodiment"]
-        try:
-            resolve_episodes(roots, filters=filters, cache_dir=job_cache_dir(cache_dir))
-        except FileNotFoundError:
-            raise ConfigError(
-                f"data.datasets.{name}: no episodes of {spec['embodiment']} under data.roots "
-                f"{roots} matching {filters}; `polymimic-data inspect ROOT` lists what is there"
-            ) from None
-
-
-def check_resume_fits(checkpoint: Path, policy: Any) -> None:
-    """The checkpoint's policy weights have the shapes of the policy this config builds."""
-    import torch
-
-    state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
-    saved = {k.removeprefix("policy."): v for k, v in state["state_dict"].items()}
-    saved = {k: v for k, v in saved.items() if not k.startswith("normalizer.")}
-    ours = policy.state_dict()
-    differ = [k for k in ours if k in saved and tuple(saved[k].shape) != tuple(ours[k].shape)]
-    missing = [k for k in ours if k not in saved]
-    if differ or missing:
-        example = (
-            f"e.g. {differ[0]}: checkpoint {tuple(saved[differ[0]].shape)}, "
-            f"this config {tuple(ours[differ[0]].shape)}"
-            if differ
-            else f"e.g. {missing[0]} is not in the checkpoint"
-        )
-        raise ConfigError(
-            f"resume={checkpoint}: the checkpoint does not fit this model config "
-            f"({len(differ)} tensors differ in shape, {len(missing)} missing; {example}); "
-            "resume with the model, data and layout config it was trained with "
-            "(its run directory's config.yaml)"
-        )
+    policy_type = model_policy_type(cfg)
+    _check_model_layouts(cfg, policy_type)
+    if initial_weights:
+        _check_local_weights(cfg, policy_type)
+    return policy_type

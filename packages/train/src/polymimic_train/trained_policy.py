@@ -1,7 +1,7 @@
 """A trained policy outside training: what a checkpoint carries, and `load_policy`.
 
 Every checkpoint holds, under "polymimic", everything needed to use its weights, as plain
-data (it loads with `torch.load(weights_only=True)`): the policy's class and arguments, the
+data (it loads with `torch.load(weights_only=True)`): the policy's registered name and config, the
 embodiments' numbers and names, the layouts, the normalisation statistics and the data
 settings the policy was trained with (image size, cameras, history, horizon).
 `load_policy(path)` rebuilds the policy from that alone; `predict` takes one raw
@@ -14,7 +14,6 @@ which `load_policy(out)` loads too.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -26,11 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from polymimic_data.geometry import ChannelGroup, Layout
 from polymimic_data.samples import Normalizer, NormStats
-from polymimic_train.run_dirs import CHECKPOINTS
+from polymimic_policies import Policy, policy_from_record, policy_record
+from polymimic_train.runs.run_dirs import CHECKPOINTS
 
 RECORD = "polymimic"
 EXPORT_WEIGHTS, EXPORT_CONFIG = "model.safetensors", "config.json"
@@ -38,10 +37,9 @@ EXPORT_FORMAT = "polymimic-policy/1"
 KEPT = ("policy.", "normalizer.")  # the state a trained policy needs; the rest is training
 
 
-def policy_record(
+def checkpoint_record(
     *,
-    policy: nn.Module,
-    policy_kwargs: Mapping[str, Any],
+    policy: Policy,
     embodiments: Mapping[str, Mapping[str, Any]],
     layouts: Mapping[str, Layout],
     norm_stats: Mapping[str, NormStats],
@@ -49,9 +47,8 @@ def policy_record(
     image_size: Sequence[int],
 ) -> dict[str, Any]:
     """The plain-data description a checkpoint carries (see the module docstring)."""
-    cls = type(policy)
     return {
-        "policy": {"class": f"{cls.__module__}.{cls.__qualname__}", "kwargs": dict(policy_kwargs)},
+        "policy": policy_record(policy),
         "embodiments": {name: dict(spec) for name, spec in embodiments.items()},
         "layouts": {name: layout.to_dict() for name, layout in layouts.items()},
         "norm": {"mode": norm_mode, "stats": {n: s.to_json() for n, s in norm_stats.items()}},
@@ -69,7 +66,7 @@ class TrainedPolicy:
 
     def __init__(
         self,
-        policy: nn.Module,
+        policy: Policy,
         normalizer: Normalizer,
         record: Mapping[str, Any],
         embodiment: str,
@@ -178,15 +175,21 @@ class TrainedPolicy:
         if noise is None:
             shape = (len(state), self.horizon, self.layout.dim)
             noise = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-        chunk = self.policy.sample_actions(batch, noise=noise.to(self.device))  # type: ignore[operator]
+        chunk = self.policy.sample_actions(batch, noise=noise.to(self.device))
         actions = self.normalizer.denormalize_actions(self.embodiment, chunk)
         return {"actions": actions.float().cpu().numpy(), "channels": self.channels}
 
 
-def _build(record: Mapping[str, Any]) -> tuple[nn.Module, Normalizer]:
-    module_name, _, class_name = record["policy"]["class"].rpartition(".")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    policy = cls(embodiments=record["embodiments"], **record["policy"]["kwargs"])
+def _build(record: Mapping[str, Any]) -> tuple[Policy, Normalizer]:
+    """The policy and normaliser a record describes.
+
+    Only a registered policy class is built (policy_from_record refuses any other name
+    before importing or calling anything), and it reads no initial weights of its own:
+    the checkpoint's state dict is loaded into it next.
+    """
+    policy = policy_from_record(
+        record["policy"], record["embodiments"], weights_from_checkpoint=True
+    )
     layouts = {name: _layout(layout) for name, layout in record["layouts"].items()}
     stats = {name: NormStats.from_json(s) for name, s in record["norm"]["stats"].items()}
     return policy, Normalizer(stats, layouts, mode=record["norm"]["mode"])
@@ -237,7 +240,7 @@ def load_policy(
     if embodiment is None:
         if len(embodiments) > 1:
             raise ValueError(f"{path}: trained on {embodiments}; choose one with embodiment=")
-        embodiment = embodiments[0]
+        embodiment = str(embodiments[0])
     elif embodiment not in embodiments:
         raise ValueError(f"{path}: trained on {embodiments}, not {embodiment!r}")
     policy, normalizer = _build(record)

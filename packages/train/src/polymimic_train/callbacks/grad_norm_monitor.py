@@ -20,6 +20,8 @@ from polymimic_eval import GradNormStats
 
 
 class GradNormMonitor(pl.Callback):
+    """Logs `grad_norm/{last,median,mad,spikes,nonfinite}` (see the module docstring)."""
+
     def __init__(
         self,
         window: int = 200,
@@ -50,9 +52,15 @@ class GradNormMonitor(pl.Callback):
             self.pending.append(norm.float().square())
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
     ) -> None:
-        every = self.log_every_n_steps or trainer.log_every_n_steps
+        # (Lightning's logger connector sets the trainer's log_every_n_steps at init.)
+        every = self.log_every_n_steps or trainer.log_every_n_steps  # pyright: ignore[reportAttributeAccessIssue]
         if not self.pending or trainer.global_step % every:
             return
         squares = torch.stack(self.pending)

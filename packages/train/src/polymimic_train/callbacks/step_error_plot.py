@@ -39,6 +39,8 @@ def step_error_curves(metrics: dict[str, float]) -> dict[str, list[float]]:
 
 
 class StepErrorPlot(pl.Callback):
+    """After each validation, the error per chunk step as `plots/step_error/step<N>.png`."""
+
     def __init__(self, at_step: int | None = None) -> None:
         """`at_step` names the files by a given training step (evaluate), else the trainer's."""
         self.at_step = at_step

@@ -25,6 +25,8 @@ def _batch_samples(batch: Any) -> int:
 
 
 class StepTimer(pl.Callback):
+    """Samples/s and the share of time spent waiting for data (see the module docstring)."""
+
     def __init__(self, window: int = 50) -> None:
         self._steps: deque[tuple[float, float, int]] = deque(maxlen=window)  # wait, step, samples
         self.totals = {"wait_s": 0.0, "step_s": 0.0, "samples": 0}

@@ -29,8 +29,8 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from PIL import Image
 
 from polymimic_data import EpisodeDataset, collate_samples
-from polymimic_data.samples import NoValidSampleError
 from polymimic_data.embodiments import camera_intrinsics
+from polymimic_data.samples import NoValidSampleError
 from polymimic_eval import render_overlay, write_video
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,10 @@ def _share() -> tuple[int, int]:
 
 def tensorboard_clip(frames: list[np.ndarray], fps: float, width: int) -> Any:
     """A TensorBoard image summary value holding the clip as an animated GIF."""
-    from tensorboard.compat.proto.summary_pb2 import Summary
+    # (protobuf-generated: its classes are made at import, so no checker sees them)
+    from tensorboard.compat.proto.summary_pb2 import (
+        Summary,  # pyright: ignore[reportAttributeAccessIssue]
+    )
 
     h, w = frames[0].shape[:2]
     size = (min(width, w), round(h * min(width, w) / w))
@@ -79,6 +82,8 @@ def tensorboard_clip(frames: list[np.ndarray], fps: float, width: int) -> Any:
 
 
 class TrajectoryVideoCallback(pl.Callback):
+    """Overlay videos of predicted against true trajectories after due validations."""
+
     def __init__(
         self,
         *,
@@ -165,7 +170,10 @@ class TrajectoryVideoCallback(pl.Callback):
         log.info("wrote %s", path)
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
-                from tensorboard.compat.proto.summary_pb2 import Summary
+                # (protobuf-generated: its classes are made at import, so no checker sees them)
+                from tensorboard.compat.proto.summary_pb2 import (
+                    Summary,  # pyright: ignore[reportAttributeAccessIssue]
+                )
 
                 clip = tensorboard_clip(frames, fps, self.tensorboard_width)
                 summary = Summary(value=[Summary.Value(tag=tag, image=clip)])
@@ -221,7 +229,7 @@ class TrajectoryVideoCallback(pl.Callback):
                     dataset.layout,
                     true=true[j],
                     pred=pred[j],
-                    prompt=batch["prompt"][j],
+                    prompt=str(batch["prompt"][j]),
                 )
                 frames.append((index, frame))
         return frames

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +18,13 @@ from polymimic_data import (
     Layout,
     Normalizer,
     NormStats,
+    embodiment_specs,
     load_or_compute_norm_stats,
-    resolve_episodes,
     split_episodes,
 )
-from polymimic_data.samples import make_dataloader
-from polymimic_data.samples import subsample_frames
-from polymimic_data.episodes import job_cache_dir
-from polymimic_data.synthetic import ensure_synthetic_episodes
-from polymimic_train.run_config import embodiment_specs
+from polymimic_data.embodiments import DEFAULT_CAMERAS
+from polymimic_data.samples import make_dataloader, subsample_frames
+from polymimic_train.run_episodes import resolve_datasets, split_filtered
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +33,24 @@ class EmbodimentDataModule(pl.LightningDataModule):
     """Train and validation loaders per embodiment; a training step gets one batch of each."""
 
     def __init__(
-        self, cfg: Mapping[str, Any], *, data_root: str, cache_dir: str, seed: int = 0
+        self,
+        cfg: Mapping[str, Any],
+        *,
+        data_root: str,
+        cache_dir: str,
+        seed: int = 0,
+        episodes: Mapping[str, Sequence[EpisodeInfo]] | None = None,
     ) -> None:
+        """`episodes`: each dataset's, as the run resolved them (see run_episodes).
+
+        Without them, `prepare` resolves each dataset once itself.
+        """
         super().__init__()
         self.cfg = cfg
         self.seed = seed
         self.data_root = Path(data_root)
         self.cache_dir = Path(cache_dir)
+        self.resolved = {n: list(e) for n, e in episodes.items()} if episodes is not None else None
         self.train_sets: dict[str, EpisodeDataset] = {}
         self.val_sets: dict[str, EpisodeDataset] = {}
         self.train_episodes: dict[str, list[EpisodeInfo]] = {}
@@ -49,23 +58,12 @@ class EmbodimentDataModule(pl.LightningDataModule):
         self.normalizer: Normalizer | None = None
         self.norm_stats: dict[str, NormStats] = {}
 
-    def _roots(self, embodiment: str) -> list[Path]:
-        synthetic = self.cfg.get("synthetic")
-        if synthetic:
-            return [
-                ensure_synthetic_episodes(self.data_root / "synthetic", embodiment, **synthetic)
-            ]
-        roots = list(self.cfg.get("roots") or [])
-        if not roots:
-            raise ValueError("data config: set `roots` to folders of episodes, or `synthetic`")
-        return [Path(r) for r in roots]
-
     def _dataset(self, name: str, episodes: list[EpisodeInfo], **overrides: Any) -> EpisodeDataset:
         spec = self.cfg["datasets"][name]
         kwargs: dict[str, Any] = {
             "embodiment": spec["embodiment"],
             "layout": spec.get("layout"),
-            "cameras": tuple(spec.get("cameras", ("front_1",))),
+            "cameras": tuple(spec.get("cameras", DEFAULT_CAMERAS)),
             "image_size": tuple(self.cfg["image_size"]),
             "history": int(self.cfg["history"]),
             "horizon": int(self.cfg["horizon"]),
@@ -79,29 +77,16 @@ class EmbodimentDataModule(pl.LightningDataModule):
 
     def _split(self, name: str) -> tuple[list[EpisodeInfo], list[EpisodeInfo]]:
         """Train and validation episodes: named splits by filters, else by val_fraction."""
-        spec = self.cfg["datasets"][name]
-        filters = {**(self.cfg.get("filters") or {}), **(spec.get("filters") or {})}
-        filters["embodiment"] = spec["embodiment"]
-        roots = self._roots(spec["embodiment"])
-        index_cache = job_cache_dir(self.cache_dir / "episode_index")
-
-        def resolve(extra: dict[str, Any]) -> list[EpisodeInfo]:
-            return resolve_episodes(roots, filters=filters | extra, cache_dir=index_cache)
-
+        if self.resolved is None:
+            self.resolved = resolve_datasets(
+                dict(self.cfg), data_root=self.data_root, cache_dir=self.cache_dir
+            )
+        episodes = self.resolved[name]
         splits = self.cfg.get("splits")
         if splits:
-            train, val = resolve(dict(splits["train"])), resolve(dict(splits["val"]))
-            shared = {e.hash for e in train} & {e.hash for e in val}
-            if shared:
-                raise ValueError(
-                    f"data.splits: {len(shared)} episodes are in both train and val, "
-                    f"e.g. {sorted(shared)[:3]}; make the split filters disjoint"
-                )
-            return train, val
+            return split_filtered(name, episodes, splits)
         return split_episodes(
-            resolve({}),
-            val_fraction=float(self.cfg["val_fraction"]),
-            seed=int(self.cfg["split_seed"]),
+            episodes, val_fraction=float(self.cfg["val_fraction"]), seed=int(self.cfg["split_seed"])
         )
 
     def prepare(self) -> None:
@@ -143,8 +128,10 @@ class EmbodimentDataModule(pl.LightningDataModule):
         return {name: ds.layout for name, ds in self.train_sets.items()}
 
     def embodiment_specs(self) -> dict[str, dict[str, Any]]:
-        """Plain numbers and names for the policy, from the layouts (see run_config)."""
-        return embodiment_specs(self.cfg)
+        """Plain numbers and names for the policy, from the layouts."""
+        return embodiment_specs(
+            self.cfg["datasets"], history=int(self.cfg["history"]), horizon=int(self.cfg["horizon"])
+        )
 
     def _loader(
         self, name: str, dataset: EpisodeDataset, *, shuffle: bool, batch_size: int | None = None

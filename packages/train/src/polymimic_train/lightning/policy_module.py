@@ -14,12 +14,15 @@ from torchmetrics import MeanMetric
 
 from polymimic_data import Layout, Normalizer
 from polymimic_eval import action_error, group_metrics, step_errors
+from polymimic_policies import Policy
 
 
 class PolicyModule(pl.LightningModule):
+    """One policy's training and validation under Lightning (see the module docstring)."""
+
     def __init__(
         self,
-        policy: nn.Module,
+        policy: Policy,
         normalizer: Normalizer,
         layouts: Mapping[str, Layout],
         *,
@@ -33,7 +36,11 @@ class PolicyModule(pl.LightningModule):
     ) -> None:
         super().__init__()
         self.record = dict(record or {})  # plain data for every checkpoint (trained_policy)
-        self.policy = policy
+        if not isinstance(policy, nn.Module):
+            raise TypeError(
+                f"policy: an nn.Module implementing Policy, got {type(policy).__name__}"
+            )
+        self.policy: Policy = policy  # a submodule (Lightning moves it and saves its weights)
         self.normalizer = normalizer  # a submodule: its statistics go into every checkpoint
         self.layouts = dict(layouts)
         self.lr, self.backbone_lr, self.weight_decay = lr, backbone_lr, weight_decay

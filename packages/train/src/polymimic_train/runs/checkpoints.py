@@ -91,7 +91,9 @@ class RunCheckpoint(ModelCheckpoint):
 
 def _rng_states() -> dict[str, Any]:
     """Every generator's state as tensors and plain values (checkpoints load weights_only)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    legacy = np.random.get_state(legacy=True)
+    assert isinstance(legacy, tuple)  # (legacy=True: the MT19937 tuple, never a dict)
+    name, keys, pos, has_gauss, cached = legacy
     states: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],

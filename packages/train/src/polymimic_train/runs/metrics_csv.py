@@ -18,7 +18,7 @@ from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from polymimic_data.store import write_text_atomic
@@ -72,7 +72,7 @@ class AppendingCSVLogger(CSVLogger):
     """A CSVLogger that appends across resumes and writes each row at once."""
 
     def __init__(self, save_dir: str | os.PathLike[str], name: str = "metrics") -> None:
-        super().__init__(save_dir=save_dir, name=name, version="")
+        super().__init__(save_dir=str(save_dir), name=name, version="")
 
     @property
     @rank_zero_experiment
@@ -84,7 +84,8 @@ class AppendingCSVLogger(CSVLogger):
 
     @property
     def rows_written(self) -> int:
-        return self.experiment.rows if rank_zero_only.rank == 0 else 0
+        rank = rank_zero_only.rank  # pyright: ignore[reportFunctionMemberAccess] (set by Lightning)
+        return self.experiment.rows if rank == 0 else 0
 
     @rank_zero_only
     def truncate_rows(self, rows: int) -> None:

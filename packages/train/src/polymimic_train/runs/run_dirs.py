@@ -200,3 +200,28 @@ def start(run_dir: Path, *, resumed_from: Path | None) -> RunLock:
         resumed_from=str(resumed_from) if resumed_from else None,
     )
     return lock
+
+
+def check_resume_fits(checkpoint: Path, policy: Any) -> None:
+    """The checkpoint's policy weights have the shapes of the policy this config builds."""
+    import torch
+
+    state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
+    saved = {k.removeprefix("policy."): v for k, v in state["state_dict"].items()}
+    saved = {k: v for k, v in saved.items() if not k.startswith("normalizer.")}
+    ours = policy.state_dict()
+    differ = [k for k in ours if k in saved and tuple(saved[k].shape) != tuple(ours[k].shape)]
+    missing = [k for k in ours if k not in saved]
+    if differ or missing:
+        example = (
+            f"e.g. {differ[0]}: checkpoint {tuple(saved[differ[0]].shape)}, "
+            f"this config {tuple(ours[differ[0]].shape)}"
+            if differ
+            else f"e.g. {missing[0]} is not in the checkpoint"
+        )
+        raise RunDirError(
+            f"resume={checkpoint}: the checkpoint does not fit this model config "
+            f"({len(differ)} tensors differ in shape, {len(missing)} missing; {example}); "
+            "resume with the model, data and layout config it was trained with "
+            "(its run directory's config.yaml)"
+        )

@@ -38,8 +38,8 @@ def record_run_start(run_dir: Path, cfg: DictConfig, norm_stats: dict[str, Any])
 
 def summarise(trainer: Any, run_dir: Path) -> dict[str, Any]:
     """The run's final figures: validation metrics, and what its callbacks measured."""
-    from polymimic_train.data_fault_monitor import DataFaultMonitor
-    from polymimic_train.step_timing import StepTimer
+    from polymimic_train.callbacks.data_fault_monitor import DataFaultMonitor
+    from polymimic_train.callbacks.step_timing import StepTimer
 
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     summary: dict[str, Any] = {

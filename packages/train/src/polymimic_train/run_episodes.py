@@ -1,0 +1,154 @@
+"""The episodes of a run's datasets, resolved once per dataset and handed to every user.
+
+The checks (a dataset with no episodes is a config error), the embodiments that episodes
+declare (`embodiment: auto`, `cameras: auto`) and the data module all work from the one
+result, so a run stats each episode once, not once per question asked of it. Named
+splits (`data.splits`) are filters applied in memory to a dataset's episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from polymimic_data import EpisodeInfo, registered_embodiments, resolve_episodes
+from polymimic_data.embodiments import declared_names, get_embodiment
+from polymimic_data.episodes import job_cache_dir
+from polymimic_data.store import attrs_match
+from polymimic_train.run_config import ConfigError
+
+AUTO = "auto"
+DatasetEpisodes = dict[str, list[EpisodeInfo]]
+
+
+def index_cache(cache_dir: str | Path) -> Path:
+    """Where resolved episode lists are cached (per SLURM job inside one)."""
+    return job_cache_dir(Path(cache_dir) / "episode_index")
+
+
+def _filters(data: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {**(data.get("filters") or {}), **(spec.get("filters") or {})}
+
+
+def _real_roots(data: Mapping[str, Any], unknown: Sequence[str]) -> list[Path]:
+    roots = [Path(r) for r in data.get("roots") or []]
+    if not roots:
+        needs = (
+            f"; datasets {list(unknown)} name embodiments declared by episodes" if unknown else ""
+        )
+        raise ConfigError(
+            f"data.roots: set it to folders of episodes, e.g. 'data.roots=[/data/eva]'{needs}"
+        )
+    for root in roots:
+        if not root.is_dir():
+            raise ConfigError(f"data.roots: {root} does not exist or is not a folder")
+    return roots
+
+
+def _name_auto(name: str, spec: MutableMapping[str, Any], found: list[EpisodeInfo]) -> str:
+    """`embodiment: auto` becomes the one embodiment the episodes declare; its new name."""
+    declared = declared_names(e.attrs for e in found)
+    if len(declared) != 1:
+        raise ConfigError(
+            f"data.datasets.{name}.embodiment: auto needs the episodes under data.roots to "
+            f"declare exactly one embodiment; they declare {declared}. "
+            f"Name one: data.datasets.{name}.embodiment=<name>"
+        )
+    spec["embodiment"] = declared[0]
+    return declared[0]  # a dataset is named after its embodiment
+
+
+def _resolve_real(data: MutableMapping[str, Any], cache: Path) -> DatasetEpisodes:
+    datasets = data.get("datasets") or {}
+    known = set(registered_embodiments())
+    unknown = [n for n, s in datasets.items() if str(s.get("embodiment")).lower() not in known]
+    roots = _real_roots(data, unknown)
+    out: DatasetEpisodes = {}
+    renamed: dict[str, Any] = {}
+    for name, spec in datasets.items():
+        wanted = str(spec.get("embodiment")).lower()
+        filters = _filters(data, spec)
+        if wanted not in known:  # declared by the episodes, or auto: resolved unfiltered by it
+            try:
+                found = resolve_episodes(roots, filters=filters, cache_dir=cache)
+            except FileNotFoundError:
+                found = []
+            if wanted == AUTO:
+                wanted = name = _name_auto(name, spec, found)
+            found = [e for e in found if e.embodiment == wanted]
+        else:
+            try:
+                found = resolve_episodes(
+                    roots, filters={**filters, "embodiment": wanted}, cache_dir=cache
+                )
+            except FileNotFoundError:
+                found = []
+        if spec.get("cameras") == AUTO and wanted in set(registered_embodiments()):
+            spec["cameras"] = list(get_embodiment(wanted).cameras)
+        if not found and wanted in set(registered_embodiments()):
+            raise ConfigError(
+                f"data.datasets.{name}: no episodes of {wanted} under data.roots "
+                f"{[str(r) for r in roots]} matching {filters | {'embodiment': wanted}}; "
+                "`polymimic-data inspect ROOT` lists what is there"
+            )
+        renamed[name], out[name] = spec, found
+    data["datasets"] = renamed
+    return out
+
+
+def resolve_real_datasets(data: MutableMapping[str, Any], cache_dir: str | Path) -> DatasetEpisodes:
+    """Each dataset's episodes under `data.roots`, one resolve per dataset.
+
+    In place, `embodiment: auto` becomes the embodiment the episodes declare (and the
+    dataset is renamed after it) and `cameras: auto` all of its cameras. A dataset whose
+    embodiment nothing declares is left for check_config to name.
+    """
+    return _resolve_real(data, index_cache(cache_dir))
+
+
+def resolve_synthetic_datasets(
+    data: Mapping[str, Any], data_root: str | Path, cache_dir: str | Path
+) -> DatasetEpisodes:
+    """Each dataset's generated episodes (made once under `data_root`), one resolve each."""
+    from polymimic_data.synthetic import ensure_synthetic_episodes
+
+    out: DatasetEpisodes = {}
+    for name, spec in data["datasets"].items():
+        root = ensure_synthetic_episodes(
+            Path(data_root) / "synthetic", str(spec["embodiment"]), **data["synthetic"]
+        )
+        filters = _filters(data, spec) | {"embodiment": spec["embodiment"]}
+        out[name] = resolve_episodes([root], filters=filters, cache_dir=index_cache(cache_dir))
+    return out
+
+
+def resolve_datasets(
+    data: MutableMapping[str, Any], *, data_root: str | Path, cache_dir: str | Path
+) -> DatasetEpisodes:
+    """Each dataset's episodes: generated ones for `data.synthetic`, else under data.roots."""
+    if data.get("synthetic"):
+        return resolve_synthetic_datasets(data, data_root, cache_dir)
+    return resolve_real_datasets(data, cache_dir)
+
+
+def split_filtered(
+    name: str, episodes: Sequence[EpisodeInfo], splits: Mapping[str, Any]
+) -> tuple[list[EpisodeInfo], list[EpisodeInfo]]:
+    """Train and validation episodes by the named splits' filters (disjoint, none empty)."""
+    train, val = (
+        [e for e in episodes if attrs_match(e.attrs, dict(splits[part]))]
+        for part in ("train", "val")
+    )
+    for part, chosen in (("train", train), ("val", val)):
+        if not chosen:  # as resolve_episodes says of filters that match nothing
+            raise FileNotFoundError(
+                f"data.splits.{part}: no episodes of dataset {name} match {dict(splits[part])}"
+            )
+    shared = {e.hash for e in train} & {e.hash for e in val}
+    if shared:
+        raise ValueError(
+            f"data.splits: {len(shared)} episodes are in both train and val, "
+            f"e.g. {sorted(shared)[:3]}; make the split filters disjoint"
+        )
+    return train, val
