@@ -24,7 +24,12 @@ from torch import nn
 
 from polymimic_policies.action_heads import HEAD_KINDS, ActionHead
 from polymimic_policies.embodiment_spec import EmbodimentSpec
-from polymimic_policies.policy import Embodiments, LocalWeights, register_policy
+from polymimic_policies.policy import (
+    Embodiments,
+    LocalWeights,
+    check_config_type,
+    register_policy,
+)
 from polymimic_policies.policy_config import PolicyConfig, one_of, positive_integers
 from polymimic_policies.pretrained import load_part, save_part
 from polymimic_policies.stems import ImageStem, StateStem, TextStem
@@ -132,11 +137,7 @@ class HPTPolicy(nn.Module):
     _config: HPTConfig
 
     def __init__(self, config: HPTConfig, embodiments: Embodiments) -> None:
-        if type(config) is not self.config_type:
-            raise TypeError(
-                f"{type(self).__name__} is built from {self.config_type.__name__}, not "
-                f"{type(config).__name__} (build_policy picks the class from the config)"
-            )
+        check_config_type(type(self), config)
         super().__init__()
         self._config = config
         if not embodiments:

@@ -44,7 +44,12 @@ from polymimic_policies.paligemma_loading import (
     load_paligemma,
     load_tokenizer,
 )
-from polymimic_policies.policy import Embodiments, LocalWeights, register_policy
+from polymimic_policies.policy import (
+    Embodiments,
+    LocalWeights,
+    check_config_type,
+    register_policy,
+)
 from polymimic_policies.policy_config import PolicyConfig, one_of, positive_integers
 
 VARIANTS = ("pi0", "pi05")
@@ -290,11 +295,7 @@ class PiPolicy(nn.Module):
     _config: PiConfig
 
     def __init__(self, config: PiConfig, embodiments: Embodiments) -> None:
-        if type(config) is not self.config_type:
-            raise TypeError(
-                f"PiPolicy is built from PiConfig, not {type(config).__name__} "
-                "(build_policy picks the class from the config)"
-            )
+        check_config_type(type(self), config)
         super().__init__()
         self._config = config
         if not embodiments:

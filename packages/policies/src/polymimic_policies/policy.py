@@ -127,6 +127,17 @@ P = TypeVar("P", bound=type[Policy])
 _BY_NAME: dict[str, type[Policy]] = {}
 
 
+def check_config_type(cls: type, config: object) -> None:
+    """TypeError unless `config` is exactly what policy class `cls` is built from."""
+    expected = getattr(cls, "config_type", None)
+    if type(config) is not expected:
+        name = getattr(expected, "__name__", expected)
+        raise TypeError(
+            f"{cls.__name__} is built from {name}, not {type(config).__name__} "
+            "(build_policy picks the class from the config)"
+        )
+
+
 def register_policy(cls: P) -> P:
     """Class decorator: register a policy class under its `name` (and its config type)."""
     name = getattr(cls, "name", None)
