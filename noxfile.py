@@ -52,13 +52,20 @@ for _package in PACKAGES:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every package's tests and the cross-package tests, with everything installed.
+    """The cross-package tests (tests/), with every package and extra installed.
 
-    Tests marked slow (real-size models in the matrix) are left to `matrix`.
+    Each package's own tests run in its `tests-<package>` session (nothing there is skipped
+    for want of what only this session installs), so they are not run again here. Tests
+    marked slow (real-size models in the matrix) are left to `matrix`. The README's
+    commands run here (tests/test_readme_commands.py), in a venv of their own.
     """
+    unsessioned = sorted(
+        {p.parent.name for p in ROOT.glob("packages/*/pyproject.toml")} - set(PACKAGES)
+    )
+    if unsessioned:
+        session.error(f"packages without a tests-<package> session (PACKAGES): {unsessioned}")
     sync(session, "--all-packages", "--all-extras")
-    packages = (f"packages/{p}/tests" for p in PACKAGES)
-    session.run(*PYTEST, "-m", "not slow", *packages, "tests", *session.posargs)
+    session.run(*PYTEST, "-m", "not slow", "tests", *session.posargs)
 
 
 @nox.session

@@ -1,0 +1,7 @@
+"""Run bookkeeping.
+
+Run directories and their record (`run_dirs`), what a run writes at its start and end
+(`run_record`), checkpoints written atomically with `last.ckpt` (`checkpoints`) and the
+metrics CSV appended across resumes (`metrics_csv`). Import the modules themselves: this
+package imports nothing, so `train --help` stays light.
+"""
