@@ -16,9 +16,9 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from polymimic_data.store import write_text_atomic

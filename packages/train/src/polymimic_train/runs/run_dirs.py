@@ -54,6 +54,7 @@ def create_run_dir(runs_root: str | os.PathLike[str], name: str) -> Path:
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:
+    """The run's record (`run.json`: state, pid, host, steps), or {} where there is none."""
     try:
         return json.loads((run_dir / RECORD).read_text())
     except (OSError, ValueError):
@@ -114,6 +115,7 @@ class RunLock:
 
 
 def last_checkpoint(run_dir: Path) -> Path | None:
+    """`checkpoints/last.ckpt` of the run, or None before its first checkpoint."""
     last = run_dir / CHECKPOINTS / LAST
     return last if last.exists() else None
 

@@ -30,6 +30,7 @@ def git_commit(cwd: Path) -> str:
 
 
 def record_run_start(run_dir: Path, cfg: DictConfig, norm_stats: dict[str, Any]) -> None:
+    """Write what a run starts from: the composed config, the git commit, the statistics."""
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     write_text_atomic(run_dir / "git_commit.txt", git_commit(Path(__file__).parent) + "\n")
