@@ -138,6 +138,37 @@ def test_every_policy_trains_under_plain_ddp(setup, tmp_path: Path) -> None:
     assert changed  # rank 0's trained weights, brought back from the forked processes
 
 
+def test_a_rank_logs_every_step_error_whatever_steps_its_samples_reach(setup) -> None:
+    """Under DDP every rank must log the same keys, or the reductions at the epoch's end wait
+    on each other for ever (two ranks hung with `data.val_frames_per_episode=2`, one rank's
+    samples reaching steps the other's did not). A batch whose samples end before the
+    horizon logs every step too, with weight 0 where none reaches it."""
+    _, datamodule, module = setup
+    module = copy.deepcopy(module).eval()
+    batch = next(iter(datamodule.val_dataloader()[0]))
+    horizon = batch["action_mask"].shape[1]
+    short = dict(batch, action_mask=batch["action_mask"].clone())
+    short["action_mask"][:, horizon // 2 :] = False  # every sample ends halfway
+    logged: dict[str, int] = {}
+
+    def log(name: str, value: torch.Tensor, *, batch_size: int, **_: object) -> None:
+        assert torch.isfinite(value), name  # a weight-0 value must not poison the sum
+        logged[name] = batch_size
+
+    module.log = log  # type: ignore[method-assign]
+    module.log_dict = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    weights = []
+    with torch.no_grad():
+        for b in (batch, short):
+            logged.clear()
+            module.validation_step(b, 0)
+            weights.append(dict(logged))
+    assert sorted(weights[0]) == sorted(weights[1])
+    assert len([k for k in weights[1] if "/step_error/" in k]) == horizon
+    last = f"val/{batch['embodiment']}/step_error/{horizon - 1:03d}"
+    assert weights[1][last] == 0 and weights[0][last] > 0
+
+
 # Lightning warns that DistributedSampler may pad; the sizes here are even, so it does not.
 @pytest.mark.filterwarnings("ignore:Using `DistributedSampler`")
 def test_every_cpu_trainer_config_reports_the_same_validation_metrics_and_videos(

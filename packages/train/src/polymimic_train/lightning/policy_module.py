@@ -116,17 +116,20 @@ class PolicyModule(pl.LightningModule):
             metrics[f"val/{embodiment}/{key}"] = value
         self.log_dict(metrics, batch_size=size, add_dataloader_idx=False, sync_dist=True)
         # The error curve over the horizon, each step weighted by the samples valid at it.
+        # Every step is logged on every rank, with weight 0 where none of this batch's
+        # samples reaches it: under DDP the ranks must log the same keys, or their
+        # end-of-epoch reductions wait on each other for ever. (A step no sample reached
+        # on any rank comes out NaN, as the step-error plot expects.)
         for step, (value, count) in enumerate(
             zip(step_errors(pred, target, mask), mask.sum(0).tolist(), strict=True)
         ):
-            if count:
-                self.log(
-                    f"val/{embodiment}/step_error/{step:03d}",
-                    value,
-                    batch_size=count,
-                    add_dataloader_idx=False,
-                    sync_dist=True,
-                )
+            self.log(
+                f"val/{embodiment}/step_error/{step:03d}",
+                value if count else torch.zeros_like(value),
+                batch_size=count,
+                add_dataloader_idx=False,
+                sync_dist=True,
+            )
 
     def on_validation_epoch_end(self) -> None:
         # compute() has already reduced over ranks; sync_dist then averages equal values.
