@@ -25,6 +25,7 @@ import polymimic_train.app
 from polymimic_data.samples import ShuffledOrder
 from polymimic_eval import read_video_frames
 from polymimic_policies import build_policy
+from polymimic_train.app import policy_embodiments
 from polymimic_train.callbacks.trajectory_video import TrajectoryVideoCallback
 from polymimic_train.lightning.policy_module import PolicyModule
 
@@ -64,7 +65,7 @@ def setup(request, tmp_path_factory: pytest.TempPathFactory, compose_train, prep
     datamodule = prepared_data(cfg)
     assert datamodule.normalizer is not None
     torch.manual_seed(0)
-    policy = build_policy(instantiate(cfg.model), datamodule.embodiment_specs())
+    policy = build_policy(instantiate(cfg.model), policy_embodiments(cfg.data))
     module = PolicyModule(policy, datamodule.normalizer, datamodule.layouts, **cfg.optim)
     return cfg, datamodule, module
 

@@ -128,9 +128,9 @@ def model_policy_type(cfg: DictConfig) -> type[Policy]:
         config_type = get_class(target)
     except Exception:
         config_type = None
-    for name in registered_policies():
-        if policy_class(name).config_type is config_type:
-            return policy_class(name)
+    for cls in map(policy_class, registered_policies()):
+        if cls.config_type is config_type:
+            return cls
     raise ConfigError(
         f"model._target_: {target!r} is not the config of a registered policy; the model "
         f"configs build one of {registered_policies()} (e.g. polymimic_policies.HPTConfig)"

@@ -59,42 +59,11 @@ def _name_auto(name: str, spec: MutableMapping[str, Any], found: list[EpisodeInf
     return declared[0]  # a dataset is named after its embodiment
 
 
-def _resolve_real(data: MutableMapping[str, Any], cache: Path) -> DatasetEpisodes:
-    datasets = data.get("datasets") or {}
-    known = set(registered_embodiments())
-    unknown = [n for n, s in datasets.items() if str(s.get("embodiment")).lower() not in known]
-    roots = _real_roots(data, unknown)
-    out: DatasetEpisodes = {}
-    renamed: dict[str, Any] = {}
-    for name, spec in datasets.items():
-        wanted = str(spec.get("embodiment")).lower()
-        filters = _filters(data, spec)
-        if wanted not in known:  # declared by the episodes, or auto: resolved unfiltered by it
-            try:
-                found = resolve_episodes(roots, filters=filters, cache_dir=cache)
-            except FileNotFoundError:
-                found = []
-            if wanted == AUTO:
-                wanted = name = _name_auto(name, spec, found)
-            found = [e for e in found if e.embodiment == wanted]
-        else:
-            try:
-                found = resolve_episodes(
-                    roots, filters={**filters, "embodiment": wanted}, cache_dir=cache
-                )
-            except FileNotFoundError:
-                found = []
-        if spec.get("cameras") == AUTO and wanted in set(registered_embodiments()):
-            spec["cameras"] = list(get_embodiment(wanted).cameras)
-        if not found and wanted in set(registered_embodiments()):
-            raise ConfigError(
-                f"data.datasets.{name}: no episodes of {wanted} under data.roots "
-                f"{[str(r) for r in roots]} matching {filters | {'embodiment': wanted}}; "
-                "`polymimic-data inspect ROOT` lists what is there"
-            )
-        renamed[name], out[name] = spec, found
-    data["datasets"] = renamed
-    return out
+def _resolve(roots: list[Path], filters: Mapping[str, Any], cache: Path) -> list[EpisodeInfo]:
+    try:
+        return resolve_episodes(roots, filters=filters, cache_dir=cache)
+    except FileNotFoundError:
+        return []  # said below, naming the dataset
 
 
 def resolve_real_datasets(data: MutableMapping[str, Any], cache_dir: str | Path) -> DatasetEpisodes:
@@ -104,7 +73,35 @@ def resolve_real_datasets(data: MutableMapping[str, Any], cache_dir: str | Path)
     dataset is renamed after it) and `cameras: auto` all of its cameras. A dataset whose
     embodiment nothing declares is left for check_config to name.
     """
-    return _resolve_real(data, index_cache(cache_dir))
+    cache = index_cache(cache_dir)
+    datasets = data.get("datasets") or {}
+    known = set(registered_embodiments())
+    unknown = [n for n, s in datasets.items() if str(s.get("embodiment")).lower() not in known]
+    roots = _real_roots(data, unknown)
+    out: DatasetEpisodes = {}
+    renamed: dict[str, Any] = {}
+    for name, spec in datasets.items():
+        wanted = str(spec.get("embodiment")).lower()
+        filters = _filters(data, spec)
+        if wanted in known:
+            found = _resolve(roots, {**filters, "embodiment": wanted}, cache)
+        else:  # declared by the episodes, or auto: resolved unfiltered by it
+            found = _resolve(roots, filters, cache)
+            if wanted == AUTO:
+                wanted = name = _name_auto(name, spec, found)
+            found = [e for e in found if e.embodiment == wanted]
+        registered = wanted in set(registered_embodiments())  # now, with the declared ones
+        if spec.get("cameras") == AUTO and registered:
+            spec["cameras"] = list(get_embodiment(wanted).cameras)
+        if not found and registered:
+            raise ConfigError(
+                f"data.datasets.{name}: no episodes of {wanted} under data.roots "
+                f"{[str(r) for r in roots]} matching {filters | {'embodiment': wanted}}; "
+                "`polymimic-data inspect ROOT` lists what is there"
+            )
+        renamed[name], out[name] = spec, found
+    data["datasets"] = renamed
+    return out
 
 
 def resolve_synthetic_datasets(

@@ -18,7 +18,6 @@ from polymimic_data import (
     Layout,
     Normalizer,
     NormStats,
-    embodiment_specs,
     load_or_compute_norm_stats,
     split_episodes,
 )
@@ -126,12 +125,6 @@ class EmbodimentDataModule(pl.LightningDataModule):
     @property
     def layouts(self) -> dict[str, Layout]:
         return {name: ds.layout for name, ds in self.train_sets.items()}
-
-    def embodiment_specs(self) -> dict[str, dict[str, Any]]:
-        """Plain numbers and names for the policy, from the layouts."""
-        return embodiment_specs(
-            self.cfg["datasets"], history=int(self.cfg["history"]), horizon=int(self.cfg["horizon"])
-        )
 
     def _loader(
         self, name: str, dataset: EpisodeDataset, *, shuffle: bool, batch_size: int | None = None
