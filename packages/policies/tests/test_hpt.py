@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from polymimic_policies import FlowHead, HPTConfig, HPTPolicy
+from polymimic_policies import ActionPrefix, FlowHead, HPTConfig, HPTPolicy
 from polymimic_policies.stems import ImageStem
 
 EVA_GROUPS = [
@@ -237,3 +237,61 @@ def test_a_one_step_history_refuses_a_longer_one_and_a_missing_camera_is_named()
     missing = {k: v for k, v in batch("eva_bimanual").items() if k != "images.front_1"}
     with pytest.raises(ValueError, match=re.escape("batch['images.front_1']: missing")):
         model.sample_actions(missing)
+
+
+# ----- real-time chunking: a flow head inpaints the previous chunk ---------------------
+
+
+def _rtc_noise(seed: int = 3) -> torch.Tensor:
+    return torch.randn(3, 4, 16, generator=torch.Generator().manual_seed(seed))
+
+
+def _previous(seed: int = 5, steps: int = 3) -> torch.Tensor:
+    return torch.randn(3, steps, 16, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_a_flow_head_inpaints_the_frozen_steps_of_the_previous_chunk(residual: bool) -> None:
+    model = policy(residual_actions=residual).eval()
+    data = batch("eva_bimanual")
+    assert model.can_inpaint("eva_bimanual")
+    plain = model.sample_actions(data, noise=_rtc_noise())
+    previous = _previous()
+    guided = model.sample_actions(data, noise=_rtc_noise(), prefix=ActionPrefix.of(previous, 2, 4))
+    before = (plain[:, :2] - previous[:, :2]).abs().mean()
+    after = (guided[:, :2] - previous[:, :2]).abs().mean()
+    assert after < 0.1 * before, (before, after)
+    assert torch.isfinite(guided).all() and guided.shape == plain.shape
+    # past the overlap nothing binds: the last step stays a sample, not a copy
+    assert (guided[:, 3] - plain[:, 3]).abs().mean() < (guided[:, 0] - plain[:, 0]).abs().mean()
+
+
+def test_a_prefix_that_binds_nothing_samples_exactly_as_without_one() -> None:
+    model = policy().eval()
+    data = batch("eva_bimanual")
+    empty = ActionPrefix.of(torch.zeros(3, 0, 16), delay=0, horizon=4)
+    assert not empty.binds
+    torch.testing.assert_close(
+        model.sample_actions(data, noise=_rtc_noise(), prefix=empty),
+        model.sample_actions(data, noise=_rtc_noise()),
+        rtol=0,
+        atol=0,
+    )
+
+
+def test_a_prefix_of_the_wrong_shape_is_named() -> None:
+    model = policy().eval()
+    wrong = ActionPrefix.of(_previous(), 1, horizon=5)
+    with pytest.raises(ValueError, match=r"action prefix: actions \(3, 5, 16\)"):
+        model.sample_actions(batch("eva_bimanual"), noise=_rtc_noise(), prefix=wrong)
+    with pytest.raises(ValueError, match="4 steps, more than the chunk's horizon 3"):
+        ActionPrefix.of(_previous(steps=4), 1, horizon=3)
+
+
+def test_a_regression_head_says_it_cannot_inpaint() -> None:
+    model = policy(head="regression").eval()
+    assert not model.can_inpaint("eva_bimanual")
+    with pytest.raises(ValueError, match=r"regression head .* cannot inpaint"):
+        model.sample_actions(
+            batch("eva_bimanual"), prefix=ActionPrefix.of(_previous(), 1, horizon=4)
+        )

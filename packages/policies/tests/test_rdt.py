@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from polymimic_policies import ActionPrefix
 from polymimic_policies.hpt import pretrained_parts
 from polymimic_policies.rdt import RDTBlock, RDTConfig, RDTHead, RDTPolicy
 
@@ -112,6 +113,14 @@ def test_sampling_is_deterministic_from_a_seed_or_given_noise() -> None:
     assert not torch.allclose(model.sample_actions(data, noise=noise + 1.0), first)
     with pytest.raises(ValueError, match=r"noise must be \(3, 3, 12\)"):
         model.sample_actions(data, noise=torch.zeros(3, 4, 12))
+
+
+def test_rdt_says_it_cannot_inpaint_a_prefix() -> None:
+    model = policy().eval()
+    assert not model.can_inpaint("aria_bimanual")
+    prefix = ActionPrefix.of(torch.zeros(3, 2, 12), delay=1, horizon=3)
+    with pytest.raises(ValueError, match=r"RDT samples with DPM-Solver\+\+, which cannot inpaint"):
+        model.sample_actions(batch("aria_bimanual"), prefix=prefix)
 
 
 def _record_cross_attention_contexts(head: RDTHead) -> tuple[list[torch.Tensor], list]:

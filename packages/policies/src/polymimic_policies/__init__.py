@@ -33,8 +33,10 @@ from polymimic_policies.policy import (
 from polymimic_policies.policy_config import PolicyConfig
 from polymimic_policies.pretrained import PretrainedWeightsError
 from polymimic_policies.rdt import RDTConfig, RDTPolicy
+from polymimic_policies.real_time_chunking import ActionPrefix, prefix_weights
 
 __all__ = [
+    "ActionPrefix",
     "EmbodimentSpec",
     "FlowHead",
     "HPTConfig",
@@ -54,6 +56,7 @@ __all__ = [
     "policy_class_of",
     "policy_from_record",
     "policy_record",
+    "prefix_weights",
     "pretrained_parts",
     "register_policy",
     "registered_policies",

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
+from polymimic_policies.real_time_chunking import ActionPrefix, flow_step_velocity
+
 Groups = Sequence[tuple[str, int]]  # (channel group name, width), in layout order
 
 
@@ -169,8 +171,12 @@ class FlowHead(ActionHead):
         embodiment: str,
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
+        prefix: ActionPrefix | None = None,
     ) -> torch.Tensor:
-        """Integrate from noise (given, or drawn from `generator`) to a chunk (B, T, A)."""
+        """Integrate from noise (given, or drawn from `generator`) to a chunk (B, T, A).
+
+        With `prefix`, each step's velocity is guided to continue it (real-time chunking).
+        """
         _, horizon = self._spec(embodiment)
         shape = (context.shape[0], horizon, self.action_dim(embodiment))
         if noise is None:
@@ -178,11 +184,17 @@ class FlowHead(ActionHead):
             noise = torch.randn(shape, generator=generator, device=noise_device)
         elif tuple(noise.shape) != shape:
             raise ValueError(f"noise must be {shape}, got {tuple(noise.shape)}")
+        if prefix is not None:
+            prefix.check(shape)
         x = noise.to(device=context.device, dtype=context.dtype)
         dt = 1.0 / self.sample_steps
         for i in range(self.sample_steps):
             t = torch.full((shape[0],), 1.0 - i * dt, device=context.device)
-            x = x - dt * self.velocity(x, t, context, embodiment)
+
+            def velocity(x: torch.Tensor, t: torch.Tensor = t) -> torch.Tensor:
+                return self.velocity(x, t, context, embodiment)
+
+            x = x - dt * flow_step_velocity(velocity, x, 1.0 - i * dt, prefix)
         return x
 
 
@@ -216,7 +228,14 @@ class RegressionHead(ActionHead):
         embodiment: str,
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
+        prefix: ActionPrefix | None = None,
     ) -> torch.Tensor:
+        if prefix is not None:
+            raise ValueError(
+                "a regression head predicts its chunk directly and cannot inpaint a prefix "
+                "(real-time chunking needs head: flow); use the chunk or temporal_ensemble "
+                "executor"
+            )
         return self.predict(context, embodiment)
 
 

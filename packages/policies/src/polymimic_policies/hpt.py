@@ -32,6 +32,7 @@ from polymimic_policies.policy import (
 )
 from polymimic_policies.policy_config import PolicyConfig, one_of, positive_integers
 from polymimic_policies.pretrained import load_part, save_part
+from polymimic_policies.real_time_chunking import ActionPrefix
 from polymimic_policies.stems import ImageStem, StateStem, TextStem
 from polymimic_policies.transformer_blocks import Trunk
 
@@ -358,13 +359,24 @@ class HPTPolicy(nn.Module):
         batch: Mapping[str, Any],
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
+        prefix: ActionPrefix | None = None,
     ) -> torch.Tensor:
-        """Normalised action chunks (B, T, A) sampled for a batch, from `noise` if given."""
+        """Normalised action chunks (B, T, A) sampled for a batch, from `noise` if given.
+
+        With `prefix` (a flow head only), each chunk continues it (real-time chunking).
+        """
         embodiment = batch["embodiment"]
         context = self.encode(batch)
         head = self.head_for(embodiment)
-        chunk = head.sample(context, embodiment, generator, noise)  # type: ignore[operator]
-        return chunk + self._anchor(batch)
+        anchor = self._anchor(batch)
+        if prefix is not None:
+            prefix = prefix.shifted(anchor)
+        chunk = head.sample(context, embodiment, generator, noise, prefix)  # type: ignore[operator]
+        return chunk + anchor
+
+    def can_inpaint(self, embodiment: str) -> bool:
+        """Whether `sample_actions` takes a prefix for this embodiment (its head flows)."""
+        return self.head_for(embodiment).kind == "flow"
 
     def param_groups(self, lr: float, backbone_lr: float) -> list[dict[str, Any]]:
         """Image backbones at `backbone_lr`, everything else at `lr`; frozen ones left out."""

@@ -51,6 +51,7 @@ from polymimic_policies.policy import (
     register_policy,
 )
 from polymimic_policies.policy_config import PolicyConfig, one_of, positive_integers
+from polymimic_policies.real_time_chunking import ActionPrefix, flow_step_velocity
 
 VARIANTS = ("pi0", "pi05")
 DEFAULT_IMAGE_SLOTS = {
@@ -586,17 +587,32 @@ class PiPolicy(nn.Module):
         batch: Mapping[str, Any],
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
+        prefix: ActionPrefix | None = None,
     ) -> torch.Tensor:
-        """Normalised action chunks (B, T, A): the prefix once, then `sample_steps` Euler steps."""
+        """Normalised action chunks (B, T, A): the prompt once, then `sample_steps` Euler steps.
+
+        With `prefix`, each chunk continues it (real-time chunking).
+        """
         self._spec(batch["embodiment"]).check_batch(batch, batch["embodiment"], actions=False)
         x = self._noise(batch, generator, noise)
+        if prefix is not None:
+            prefix.check(tuple(x.shape))
         dt = 1.0 / self.sample_steps
         with self._autocast():
-            prefix, valid = self.encode_prefix(batch)
+            cache, valid = self.encode_prefix(batch)
             for i in range(self.sample_steps):
                 t = torch.full((x.shape[0],), 1.0 - i * dt, device=x.device)
-                x = x - dt * self.velocity(batch, x, t, prefix, valid).float()
+
+                def velocity(x: torch.Tensor, t: torch.Tensor = t) -> torch.Tensor:
+                    return self.velocity(batch, x, t, cache, valid).float()
+
+                x = x - dt * flow_step_velocity(velocity, x, 1.0 - i * dt, prefix)
         return x
+
+    def can_inpaint(self, embodiment: str) -> bool:
+        """True: the action expert flows, so `sample_actions` takes a prefix."""
+        self._spec(embodiment)
+        return True
 
     def param_groups(self, lr: float, backbone_lr: float) -> list[dict[str, Any]]:
         """PaliGemma at `backbone_lr`, the expert and projections at `lr`; frozen ones left out."""

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from polymimic_policies.embodiment_spec import EmbodimentSpec
 from polymimic_policies.policy_config import PolicyConfig
+from polymimic_policies.real_time_chunking import ActionPrefix
 
 Embodiments = Mapping[str, EmbodimentSpec | Mapping[str, Any]]
 
@@ -52,8 +53,10 @@ class Policy(Protocol):
 
     `compute_loss` takes a normalised batch and gives `loss` and parts to log;
     `sample_actions` gives normalised action chunks (B, T, A), from `noise` (B, T, A) if
-    given, else drawn from `generator`; `param_groups` puts backbones at their own rate.
-    The nn.Module methods train and serve use are part of the protocol too.
+    given, else drawn from `generator`, and, where `can_inpaint`, continuing a previous
+    chunk's `prefix` (real-time chunking, see real_time_chunking); `param_groups` puts
+    backbones at their own rate. The nn.Module methods train and serve use are part of the
+    protocol too.
     """
 
     name: ClassVar[str]
@@ -82,8 +85,13 @@ class Policy(Protocol):
         batch: Mapping[str, Any],
         generator: torch.Generator | None = None,
         noise: Tensor | None = None,
+        prefix: ActionPrefix | None = None,
     ) -> Tensor:
-        """Normalised action chunks (B, T, A) for a batch."""
+        """Normalised action chunks (B, T, A) for a batch; with `prefix`, continuing it."""
+        ...
+
+    def can_inpaint(self, embodiment: str) -> bool:
+        """Whether `sample_actions` takes a `prefix` for this embodiment (real-time chunking)."""
         ...
 
     def param_groups(self, lr: float, backbone_lr: float) -> list[dict[str, Any]]:

@@ -49,6 +49,7 @@ from polymimic_policies.action_heads import (
 from polymimic_policies.hpt import PROMPT, HPTConfig, HPTPolicy
 from polymimic_policies.policy import Embodiments, register_policy
 from polymimic_policies.policy_config import PolicyConfig, positive_integers
+from polymimic_policies.real_time_chunking import ActionPrefix
 
 TIME_FREQUENCIES = 256  # sinusoidal features of the diffusion timestep, as in DiT and RDT
 BETA_SCHEDULE = "squaredcos_cap_v2"
@@ -368,6 +369,10 @@ class RDTPolicy(HPTPolicy):
             for head, names in self._served().items()
         }
 
+    def can_inpaint(self, embodiment: str) -> bool:
+        """False: DPM-Solver++ sampling takes no prefix (see sample_actions)."""
+        return False
+
     def head_for(self, embodiment: str) -> RDTHead:  # type: ignore[override]
         """The RDT head that serves `embodiment` (its own, or the shared one)."""
         return self.heads[self.head_of[embodiment]]  # type: ignore[return-value]
@@ -394,8 +399,15 @@ class RDTPolicy(HPTPolicy):
         batch: Mapping[str, Any],
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
+        prefix: ActionPrefix | None = None,
     ) -> torch.Tensor:
         """Normalised action chunks (B, T, A) sampled for a batch, from `noise` if given."""
+        if prefix is not None:
+            raise ValueError(
+                "RDT samples with DPM-Solver++, which cannot inpaint a prefix (real-time "
+                "chunking needs a flow-matching policy: HPT with head: flow, or Pi); use the "
+                "chunk or temporal_ensemble executor"
+            )
         embodiment = batch["embodiment"]
         context, language = self.conditions(batch)
         head = self.head_for(embodiment)
