@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from polymimic_policies import ActionPrefix
 from polymimic_policies.paligemma_loading import (
     TINY_DIRNAME,
     ensure_tiny_paligemma,
@@ -418,3 +419,17 @@ def test_pi05_3b_counts_on_the_meta_device(tiny: Path, tmp_path: Path) -> None:
         policy = PiPolicy(PiConfig(paligemma_path=directory, load_base_weights=False), embodiments)
     assert all(p.is_meta for p in policy.parameters())
     assert sum(p.numel() for p in policy.parameters()) == counts["total"]
+
+
+def test_pi_inpaints_the_frozen_steps_of_the_previous_chunk(tiny: Path) -> None:
+    policy = make_policy(tiny).eval()
+    batch = make_batch()
+    assert policy.can_inpaint("arm")
+    plain = policy.sample_actions(batch, noise=noise_for(7))
+    previous = torch.randn(B, T - 1, A, generator=torch.Generator().manual_seed(9))
+    prefix = ActionPrefix.of(previous, delay=2, horizon=T)
+    guided = policy.sample_actions(batch, noise=noise_for(7), prefix=prefix)
+    before = (plain[:, :2] - previous[:, :2]).abs().mean()
+    after = (guided[:, :2] - previous[:, :2]).abs().mean()
+    assert after < 0.1 * before, (before, after)
+    assert torch.isfinite(guided).all()
