@@ -1,7 +1,8 @@
 """polymimic-train: the thin app that composes data, policy, strategy and eval under Hydra.
 
 `load_policy(path)` rebuilds a trained policy from a checkpoint or an export alone, and
-`export_policy(checkpoint)` writes an export (see trained_policy); importing them loads
+`export_policy(checkpoint)` writes an export (see trained_policy; both load from
+polymimic-serve, which a robot computer installs alone); importing them loads
 neither Lightning nor Hydra.
 """
 

@@ -192,7 +192,7 @@ def _policy_record(
     data_cfg: dict[str, Any], policy: Policy, datamodule: EmbodimentDataModule
 ) -> dict[str, Any]:
     """What a checkpoint carries for `load_policy`: plain data only."""
-    from polymimic_train.trained_policy import checkpoint_record
+    from polymimic_serve.checkpoints import checkpoint_record
 
     return checkpoint_record(
         policy=policy,
@@ -201,7 +201,25 @@ def _policy_record(
         norm_stats=datamodule.norm_stats,
         norm_mode=data_cfg["norm"]["mode"],
         image_size=data_cfg["image_size"],
+        fps=action_rates(data_cfg),
     )
+
+
+def action_rates(data_cfg: Mapping[str, Any]) -> dict[str, float]:
+    """Per dataset, the action steps per second of its chunks: the rate to execute them at.
+
+    The episodes' frame rate over the frames one action step spans.
+    """
+    from polymimic_data.embodiments import get_embodiment
+
+    window = data_cfg.get("action_window")
+    frames_per_step = (
+        float(window) / int(data_cfg["horizon"]) if window else int(data_cfg["action_stride"])
+    )
+    return {
+        name: get_embodiment(str(spec["embodiment"])).fps / frames_per_step
+        for name, spec in data_cfg["datasets"].items()
+    }
 
 
 def _build_policy(cfg: DictConfig, data_cfg: dict[str, Any], resuming: bool = False) -> Policy:

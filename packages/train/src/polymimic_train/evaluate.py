@@ -41,9 +41,9 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
     from hydra.utils import instantiate
 
     from polymimic_data.store import write_json_atomic
+    from polymimic_serve.trained_policy import load_policy
     from polymimic_train.app import checked_data, components
     from polymimic_train.runs.run_record import summarise
-    from polymimic_train.trained_policy import load_policy
 
     checkpoint = Path(checkpoint)
     cfg, run_dir = _compose(checkpoint, list(overrides or []))

@@ -22,18 +22,32 @@ import ctypes.util
 import sys
 import warnings
 from collections.abc import Iterator, Sized
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, DistributedSampler
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from polymimic_data.samples.collate import collate_samples
 
+if TYPE_CHECKING:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
 # torchdata 0.11 calls an API torch has deprecated, once per iterator: noise, not news.
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
+
+
+def _stateful_dataloader() -> type[StatefulDataLoader]:
+    """torchdata's loader, imported when a loader is made (the `loaders` extra)."""
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "make_dataloader needs torchdata (its StatefulDataLoader resumes exactly): "
+            "install polymimic-data[loaders]"
+        ) from exc
+    return StatefulDataLoader
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -148,9 +162,10 @@ def make_dataloader(
     a generator of its own, seeded by `seed`, so iterating never consumes the global random
     state.
     """
+    loader = _stateful_dataloader()
     generator = torch.Generator().manual_seed(seed)
     drop_last = shuffle if drop_last is None else drop_last
-    return StatefulDataLoader(
+    return loader(
         dataset,
         batch_size=batch_size,
         sampler=(

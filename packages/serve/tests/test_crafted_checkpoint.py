@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from polymimic_policies import UnregisteredPolicyError
-from polymimic_train import load_policy
+from polymimic_serve import load_policy
 
 
 def _crafted(tmp_path: Path, policy: dict[str, Any]) -> Path:

@@ -1,0 +1,69 @@
+"""Running a trained policy on checked observations: batches, noise and timing.
+
+`PolicyRunner` is the one place the model runs (the server calls it from one thread);
+`LocalPolicy` is the same policy in-process with openpi's client interface (`infer`,
+`reset`, `get_server_metadata`), so a control loop or a chunk executor drives a policy in
+the same process or over the wire alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from polymimic_serve.observations import ObservationReader, Request, StateHistory, stack
+from polymimic_serve.trained_policy import TrainedPolicy
+
+
+class PolicyRunner:
+    """Samples chunks for batches of Requests; its noise comes from one seeded generator."""
+
+    def __init__(self, policy: TrainedPolicy, seed: int = 0) -> None:
+        self.policy = policy
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def run(self, requests: Sequence[Request]) -> tuple[list[np.ndarray], float]:
+        """One chunk (T, A) float32 per request, and the milliseconds the batch took."""
+        start = time.perf_counter()
+        batch, continuations = stack(list(requests))
+        shape = (len(requests), self.policy.horizon, self.policy.layout.dim)
+        noise = torch.randn(shape, generator=self.generator)
+        out = self.policy.predict_batch(batch, noise=noise, continuations=continuations)
+        return list(out["actions"]), (time.perf_counter() - start) * 1e3
+
+
+class LocalPolicy:
+    """A trained policy in this process, spoken to as openpi's clients speak to a server."""
+
+    def __init__(
+        self,
+        policy: TrainedPolicy,
+        camera_map: Mapping[str, str] | None = None,
+        *,
+        state_key: str = "state",
+        seed: int = 0,
+    ) -> None:
+        self.reader = ObservationReader(policy, dict(camera_map or {}), state_key)
+        self.runner = PolicyRunner(policy, seed)
+        self.history = StateHistory(policy.history)
+
+    def get_server_metadata(self) -> dict[str, Any]:
+        """What the server would send on connect."""
+        return self.reader.metadata()
+
+    def infer(self, observation: Mapping[str, Any]) -> dict[str, Any]:
+        """`{"actions": float32 (T, A), "policy_timing": {"infer_ms": ...}}` for one observation.
+
+        Raises ObservationError (a ValueError) naming the key of a bad observation.
+        """
+        request = self.reader.read(observation, self.history)
+        (actions,), infer_ms = self.runner.run([request])
+        return {"actions": actions, "policy_timing": {"infer_ms": infer_ms}}
+
+    def reset(self) -> None:
+        """A new episode: the state history starts again."""
+        self.history.reset()
