@@ -1,0 +1,185 @@
+"""The policy server on loopback, spoken to as openpi's client and runtimes speak."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from polymimic_serve import LocalPolicy, PolicyClient, PolicyServer, RunningServer, load_policy
+from polymimic_serve.wire import packb, unpackb
+
+ALOHA = {"cam_high": "front_1"}
+
+
+def serving(policy, **options) -> RunningServer:
+    return RunningServer(PolicyServer(policy, camera_map=ALOHA, port=0, **options))
+
+
+class OpenpiBroker:
+    """openpi-client's ActionChunkBroker as its runtimes use it: row `step` of each array."""
+
+    def __init__(self, policy: PolicyClient, action_horizon: int) -> None:
+        self.policy, self.horizon, self.step, self.last = policy, action_horizon, 0, None
+
+    def infer(self, observation: dict) -> dict:
+        if self.last is None:
+            self.last, self.step = self.policy.infer(observation), 0
+        assert self.last is not None
+        out = {k: v[self.step] if isinstance(v, np.ndarray) else v for k, v in self.last.items()}
+        self.step += 1
+        if self.step >= self.horizon:
+            self.last = None
+        return out
+
+
+def test_a_runtime_reads_metadata_then_runs_200_ticks_through_a_broker(
+    tiny_policy, observation
+) -> None:
+    with serving(tiny_policy) as running, PolicyClient(running.url) as client:
+        meta = client.get_server_metadata()
+        assert isinstance(meta, dict) and meta.get("reset_pose") is None  # ALOHA reads it so
+        assert (meta["chunk_length"], meta["cameras"], meta["camera_map"]) == (
+            8,
+            ["front_1"],
+            ALOHA,
+        )
+        broker = OpenpiBroker(client, action_horizon=5)
+        actions = [broker.infer(observation(tick))["actions"] for tick in range(200)]
+        assert np.stack(actions).shape == (200, 16) and np.isfinite(actions).all()
+        reply = client.infer(observation(0))
+        assert set(reply) == {"actions", "policy_timing", "server_timing"}
+        assert (
+            reply["server_timing"]["prev_total_ms"] > 0 and reply["policy_timing"]["infer_ms"] > 0
+        )
+
+
+def test_every_bad_input_gets_one_text_frame_and_the_connection_goes_on(
+    tiny_policy, observation
+) -> None:
+    good = observation()
+    bad = [
+        packb({**good, "images": {"cam_low": good["images"]["cam_high"]}}),  # a missing camera
+        packb({**good, "state": np.zeros((3, 7))}),  # a wrong state shape
+        packb({**good, "images": {"cam_high": good["images"]["cam_high"].astype(np.int16)}}),
+        b"\x93\xc1\xff garbage",  # no msgpack at all
+        "a text frame",
+    ]
+    expected = [
+        "images: no image for the policy's camera ['front_1']",
+        "state: shape (16,)",
+        "images['cam_high']: uint8 (3, H, W) or (H, W, 3), got int16",
+        "not a msgpack message",
+        "a binary msgpack frame, got a text frame",
+    ]
+    with serving(tiny_policy) as running:
+        with connect(running.url, compression=None, max_size=None) as raw:
+            unpackb(raw.recv())  # the metadata
+            for message, words in zip(bad, expected, strict=True):
+                raw.send(message)
+                reply = raw.recv()
+                assert isinstance(reply, str) and words in reply, reply
+                raw.send(packb(good))  # and the next good observation is answered
+                assert unpackb(raw.recv())["actions"].shape == (8, 16)
+        with PolicyClient(running.url) as client:  # the client raises it as openpi's does
+            with pytest.raises(RuntimeError, match="Error in inference server:\nstate: shape"):
+                client.infer({**good, "state": np.zeros(2)})
+            assert client.infer(good)["actions"].shape == (8, 16)
+
+
+def test_four_cameras_at_480x640_are_not_capped(tiny_policy, observation) -> None:
+    sent = observation(size=(480, 640))
+    frame = sent["images"]["cam_high"]
+    sent["images"] |= {
+        name: frame.copy() for name in ("cam_low", "cam_left_wrist", "cam_right_wrist")
+    }
+    assert len(packb(sent)) > 3_600_000  # past websockets' 1 MiB default by far
+    with serving(tiny_policy) as running, PolicyClient(running.url) as client:
+        assert client.infer(sent)["actions"].shape == (8, 16)
+
+
+def test_healthz_answers_200_and_a_wrong_key_401_before_any_model_work(
+    tiny_policy, observation
+) -> None:
+    with serving(tiny_policy, api_key="sesame") as running:
+        port = running.server.port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as answer:
+            assert answer.status == 200 and answer.read() == b"OK\n"
+        for key in (None, "wrong"):
+            with pytest.raises(InvalidStatus) as refused:
+                PolicyClient(running.url, api_key=key)
+            assert refused.value.response.status_code == 401
+        assert running.server.batcher is not None and running.server.batcher.batch_sizes == []
+        with PolicyClient(running.url, api_key="sesame") as client:
+            assert client.infer(observation())["actions"].shape == (8, 16)
+
+
+def test_keepalive_pings_are_answered_while_a_slow_inference_runs(tiny_policy, observation) -> None:
+    server = PolicyServer(tiny_policy, camera_map=ALOHA, port=0)
+    run = server.runner.run
+
+    def slow(requests):
+        time.sleep(2.0)  # a first call that compiles, say: ten ping timeouts long
+        return run(requests)
+
+    server.runner.run = slow  # type: ignore[method-assign]
+    with RunningServer(server) as running:
+        with connect(running.url, max_size=None, ping_interval=0.1, ping_timeout=0.2) as raw:
+            unpackb(raw.recv())
+            raw.send(packb(observation()))
+            assert unpackb(raw.recv())["actions"].shape == (8, 16)
+
+
+def _episode(seed: int, ticks: int, observation) -> list[dict]:
+    return [observation(seed * 1000 + tick) for tick in range(ticks)]
+
+
+@pytest.mark.parametrize("max_batch", [1, 8])
+def test_concurrent_clients_each_get_their_own_history(
+    regression_export: Path, observation, max_batch
+) -> None:
+    """A regression head is deterministic: each client's replies are what it alone would get."""
+    policy = load_policy(regression_export)
+    episodes = [_episode(seed, 6, observation) for seed in range(8)]
+    expected = []
+    for episode in episodes:
+        local = LocalPolicy(policy, ALOHA)
+        expected.append([local.infer(o)["actions"] for o in episode])
+    start = threading.Barrier(len(episodes))
+    with serving(policy, max_batch=max_batch) as running:
+
+        def run_client(episode: list[dict]) -> list[np.ndarray]:
+            with PolicyClient(running.url) as client:
+                start.wait()
+                return [client.infer(o)["actions"] for o in episode]
+
+        with ThreadPoolExecutor(len(episodes)) as pool:
+            got = list(pool.map(run_client, episodes))
+        sizes = running.server.batcher.batch_sizes  # type: ignore[union-attr]
+    for mine, theirs in zip(got, expected, strict=True):
+        np.testing.assert_allclose(np.stack(mine), np.stack(theirs), rtol=1e-4, atol=1e-5)
+    assert max(sizes) <= max_batch and sum(sizes) == 8 * 6
+    if max_batch > 1:
+        assert max(sizes) > 1  # requests that waited together ran together
+
+
+def test_a_new_episode_restarts_the_history(regression_export: Path, observation) -> None:
+    policy = load_policy(regression_export)
+    first = LocalPolicy(policy, ALOHA).infer(observation(7))["actions"]
+    with serving(policy) as running, PolicyClient(running.url) as client:
+        client.infer(observation(1))
+        assert not np.allclose(client.infer(observation(7))["actions"], first)  # history: 1, 7
+        client.reset()  # the next observation carries reset: true
+        np.testing.assert_allclose(client.infer(observation(7))["actions"], first, rtol=1e-5)
+        client.infer(observation(1))
+        # openpi-client's episode_start: a control message, answered with a dict
+        client._connection.send(packb({"__ctrl__": "episode_start", "__experiment__": "x"}))
+        assert unpackb(client._connection.recv())["ok"] is True
+        np.testing.assert_allclose(client.infer(observation(7))["actions"], first, rtol=1e-5)
