@@ -20,7 +20,7 @@ from nox.command import CommandFailed
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 
-PACKAGES = ("data", "policies", "strategies", "eval", "train")
+PACKAGES = ("data", "policies", "strategies", "eval", "serve", "train")
 PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider")
 ROOT = Path(__file__).resolve().parent
 nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "matrix", "lint", "typecheck"]
@@ -39,10 +39,26 @@ def sync(session: nox.Session, *args: str) -> None:
     )
 
 
+# What a robot computer must not get with polymimic-serve (checked in tests-serve's venv).
+TRAINING_STACK = ("lightning", "pytorch-lightning", "hydra-core", "torchdata", "tensorboard",
+                  "polymimic-train", "polymimic-strategies")  # fmt: skip
+_INSTALLED_CHECK = """
+import sys
+from importlib.metadata import distributions
+installed = {d.metadata["Name"].lower() for d in distributions()}
+found = sorted(installed & set(sys.argv[1:]))
+if found:
+    sys.exit(f"polymimic-serve brought the training stack: {found}")
+print(f"polymimic-serve alone: {len(installed)} distributions, none of {sys.argv[1:]}")
+"""
+
+
 def _package_session(package: str) -> None:
     @nox.session(name=f"tests-{package}")
     def tests_package(session: nox.Session) -> None:
         sync(session, "--package", f"polymimic-{package}", "--all-extras", "--group", "test")
+        if package == "serve":
+            session.run("python", "-c", _INSTALLED_CHECK, *TRAINING_STACK)
         session.run(*PYTEST, f"packages/{package}/tests", *session.posargs)
 
 

@@ -23,6 +23,9 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[1]
 THIRD_PARTY = {
     "numpy",
+    "msgpack",
+    "websockets",
+    "tensorboard",
     "zarr",
     "torchdata",
     "numcodecs",
@@ -67,10 +70,20 @@ ALLOWED: dict[str, set[str]] = {
     "strategies": {"torch", "lightning"},
     # PIL: the renderer's drawing and captions; matplotlib: the `plots` extra (horizon plot).
     "eval": {"numpy", "torch", "av", "PIL", "matplotlib", "polymimic_data"},
-    # safetensors: `export`; tensorboard, PIL: clips and plots written to TensorBoard.
+    # msgpack, websockets: openpi's wire and the server; safetensors: exports. No training
+    # stack (lightning, hydra, torchdata, tensorboard, polymimic_train): a robot installs it.
+    "serve": {
+        "numpy",
+        "torch",
+        "safetensors",
+        "msgpack",
+        "websockets",
+        "polymimic_data",
+        "polymimic_policies",
+    },
+    # tensorboard, PIL: clips and plots written to TensorBoard.
     "train": {
         "numpy",
-        "safetensors",
         "tensorboard",
         "PIL",
         "torch",
@@ -83,6 +96,7 @@ ALLOWED: dict[str, set[str]] = {
         "polymimic_policies",
         "polymimic_strategies",
         "polymimic_eval",
+        "polymimic_serve",
     },
 }
 OURS = {f"polymimic_{p}" for p in ALLOWED}

@@ -130,11 +130,13 @@ def test_keepalive_pings_are_answered_while_a_slow_inference_runs(tiny_policy, o
         return run(requests)
 
     server.runner.run = slow  # type: ignore[method-assign]
-    with RunningServer(server) as running:
-        with connect(running.url, max_size=None, ping_interval=0.1, ping_timeout=0.2) as raw:
-            unpackb(raw.recv())
-            raw.send(packb(observation()))
-            assert unpackb(raw.recv())["actions"].shape == (8, 16)
+    with (
+        RunningServer(server) as running,
+        connect(running.url, max_size=None, ping_interval=0.1, ping_timeout=0.2) as raw,
+    ):
+        unpackb(raw.recv())
+        raw.send(packb(observation()))
+        assert unpackb(raw.recv())["actions"].shape == (8, 16)
 
 
 def _episode(seed: int, ticks: int, observation) -> list[dict]:
