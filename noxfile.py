@@ -135,6 +135,15 @@ def bench_strategies(session: nox.Session) -> None:
     session.run("python", "benchmarks/allreduce.py", *session.posargs)
 
 
+@nox.session(name="bench-serve")
+def bench_serve(session: nox.Session) -> None:
+    """The policy server against `predict` (loopback round trip, p50/p99), requests/s with 1,
+    4 and 16 clients (one at a time and batched), and rtc's chunk joins against chunk's, on
+    the default run's policy (trained briefly first; `-- --checkpoint CKPT` to serve one)."""
+    sync(session, "--all-packages", "--all-extras")
+    session.run("python", "benchmarks/serve.py", *session.posargs)
+
+
 def _project(package: str) -> dict:
     return tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
 

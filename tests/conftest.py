@@ -1,7 +1,11 @@
-"""Shared scaffolding for the cross-package tests: the train config, composed in a tmp dir."""
+"""Shared scaffolding for the cross-package tests: the train config, composed in a tmp dir,
+and a checkpoint that `train` wrote."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,3 +52,40 @@ def compose_train() -> ComposeTrain:
 def prepared_data() -> Callable[[DictConfig], EmbodimentDataModule]:
     """prepared_data(cfg): the data module of a composed config, generated and prepared."""
     return _prepared_data
+
+
+SMALL_TRAIN = [
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=4",
+    "trainer.enable_progress_bar=false",
+    "data.num_workers=0",
+    "data.batch_size=4",
+    "data.norm.num_samples=50",
+    "data.synthetic.episodes=3",
+    "data.synthetic.frames=20",
+    "data.synthetic.height=48",
+    "data.synthetic.width=64",
+    "model.d_model=32",
+    "model.num_heads=2",
+    "model.image_tokens=2",
+    "callbacks.trajectory_video.max_frames=4",
+]
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The last.ckpt of `train` at a tiny size (4 steps of a 2-layer HPT on eva)."""
+    tmp = tmp_path_factory.mktemp("trained")
+    env = os.environ | {
+        "POLYMIMIC_DATA_ROOT": str(tmp / "data"),
+        "POLYMIMIC_CACHE_DIR": str(tmp / "cache"),
+        "POLYMIMIC_RUNS_ROOT": str(tmp / "runs"),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "polymimic_train", *SMALL_TRAIN],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (last,) = (tmp / "runs").glob("*/*/checkpoints/last.ckpt")
+    return last

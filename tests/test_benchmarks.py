@@ -64,3 +64,16 @@ def test_policy_benchmark_counts_every_model_config() -> None:
     assert counted == configs  # every model config, Pi at PaliGemma 3B from its config
     assert set(trunks) == {c for c in configs if not c.startswith("pi")}  # Pi has no trunk
     assert trunks["hpt_1b"] == pytest.approx(1000, rel=0.05)
+
+
+def test_serve_benchmark_prints_its_ratios(trained_checkpoint: Path) -> None:
+    command = [sys.executable, str(ROOT / "benchmarks" / "serve.py")]
+    quick = ["--checkpoint", str(trained_checkpoint), "--requests", "10", "--seconds", "0.3"]
+    result = subprocess.run([*command, *quick], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line]
+    ratios = [line for line in lines if line["metric"] == "round_trip_over_predict_p50"]
+    assert [r["cameras_on_wire"] for r in ratios] == [1, 4] and all(r["value"] > 0 for r in ratios)
+    rates = {(r["clients"], r["max_batch"]) for r in lines if r["metric"] == "requests_per_s"}
+    assert rates == {(c, b) for c in (1, 4, 16) for b in (1, 16)}
+    assert any(line["metric"] == "rtc_over_chunk_boundary_jump" for line in lines)

@@ -22,51 +22,18 @@ import pytest
 
 from polymimic_serve import PolicyClient
 
-SMALL_TRAIN = [
-    "trainer.max_steps=4",
-    "trainer.val_check_interval=4",
-    "trainer.enable_progress_bar=false",
-    "data.num_workers=0",
-    "data.batch_size=4",
-    "data.norm.num_samples=50",
-    "data.synthetic.episodes=3",
-    "data.synthetic.frames=20",
-    "data.synthetic.height=48",
-    "data.synthetic.width=64",
-    "model.d_model=32",
-    "model.num_heads=2",
-    "model.image_tokens=2",
-    "callbacks.trajectory_video.max_frames=4",
-]
 ALOHA_CAMERAS = ("cam_high", "cam_low", "cam_left_wrist", "cam_right_wrist")
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("trained")
-    env = os.environ | {
-        "POLYMIMIC_DATA_ROOT": str(tmp / "data"),
-        "POLYMIMIC_CACHE_DIR": str(tmp / "cache"),
-        "POLYMIMIC_RUNS_ROOT": str(tmp / "runs"),
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    result = subprocess.run(
-        [sys.executable, "-m", "polymimic_train", *SMALL_TRAIN],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    (last,) = (tmp / "runs").glob("*/*/checkpoints/last.ckpt")
-    return last
-
-
-@pytest.fixture(scope="module")
-def server_url(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory):
+def server_url(trained_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory):
     """`polymimic-serve CHECKPOINT --port 0 --camera-map cam_high=front_1`, as installed."""
     script = Path(sys.executable).with_name("polymimic-serve")
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [str(script), str(checkpoint), "--port", "0", "--camera-map", "cam_high=front_1"],
+            [str(script), str(trained_checkpoint), "--port", "0", "--camera-map",
+             "cam_high=front_1"],
             stdout=out, stderr=subprocess.STDOUT, env=os.environ | {"CUDA_VISIBLE_DEVICES": ""},
         )  # fmt: skip
     try:
