@@ -1,8 +1,8 @@
-"""A tiny trained policy on disk, as `train` records one: an HPT of random weights for eva.
+"""A tiny policy on disk, as `export` writes one: an HPT of random weights for eva.
 
-Written through polymimic_serve's own export writer from a real layout, real normalisation
-statistics and a registered policy, so every test loads it through `load_policy`.
-(tests/test_serve_end_to_end.py serves a checkpoint that `train` itself wrote.)
+Written by `write_untrained_export` (a real layout, cameras and frame rate, a registered
+policy), so every test loads it through `load_policy`. tests/test_serve_end_to_end.py
+serves a checkpoint that `train` itself wrote.
 """
 
 from __future__ import annotations
@@ -12,12 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
-from polymimic_data import embodiment_specs, get_embodiment
-from polymimic_data.samples import Normalizer, NormStats, VectorStats
-from polymimic_policies import HPTConfig, build_policy
-from polymimic_serve import checkpoint_record, load_policy, write_export
+from polymimic_policies import HPTConfig
+from polymimic_serve import load_policy, write_untrained_export
 from polymimic_serve.trained_policy import TrainedPolicy
 
 EMBODIMENT, LAYOUT = "eva_bimanual", "eva_cartesian_quat"
@@ -25,31 +22,11 @@ HISTORY, HORIZON = 2, 8
 TINY = {"d_model": 32, "num_heads": 2, "trunk_layers": 1, "image_tokens": 2, "head_layers": 1}
 
 
-def _stats(dim: int, seed: int) -> NormStats:
-    values = np.random.default_rng(seed).normal(size=(256, dim)) * 0.1 + 0.5
-    return NormStats(VectorStats.of(values), VectorStats.of(values))
-
-
-def write_tiny_export(out: Path, *, head: str = "flow", cameras: tuple[str, ...] = ("front_1",)):
-    torch.manual_seed(0)
-    datasets = {EMBODIMENT: {"embodiment": EMBODIMENT, "layout": LAYOUT, "cameras": list(cameras)}}
-    specs = embodiment_specs(datasets, history=HISTORY, horizon=HORIZON)
-    policy = build_policy(HPTConfig(**TINY, head=head, sample_steps=4), specs)
-    layout = get_embodiment(EMBODIMENT).layout(LAYOUT)
-    stats = {EMBODIMENT: _stats(layout.dim, 0)}
-    normalizer = Normalizer(stats, {EMBODIMENT: layout})
-    record = checkpoint_record(
-        policy=policy,
-        embodiments=specs,
-        layouts={EMBODIMENT: layout},
-        norm_stats=stats,
-        norm_mode="zscore",
-        image_size=(32, 40),
-        fps={EMBODIMENT: 30.0},
+def write_tiny_export(out: Path, *, head: str = "flow") -> Path:
+    config = HPTConfig(**TINY, head=head, sample_steps=4)
+    return write_untrained_export(
+        out, layout=LAYOUT, history=HISTORY, horizon=HORIZON, image_size=(32, 40), config=config
     )
-    state: dict[str, Any] = {f"policy.{k}": v for k, v in policy.state_dict().items()}
-    state |= {f"normalizer.{k}": v for k, v in normalizer.state_dict().items()}
-    return write_export(record, state, 123, out)
 
 
 @pytest.fixture(scope="session")

@@ -140,7 +140,7 @@ def test_a_local_policy_answers_as_the_server_does(tiny_policy, observation) -> 
         8,
         16,
         30.0,
-        123,
+        0,
     )
     reply = local.infer(observation())
     assert reply["actions"].shape == (8, 16) and reply["actions"].dtype == np.float32

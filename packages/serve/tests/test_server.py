@@ -13,7 +13,14 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from polymimic_serve import LocalPolicy, PolicyClient, PolicyServer, RunningServer, load_policy
+from polymimic_serve import (
+    LocalPolicy,
+    PolicyClient,
+    PolicyServer,
+    RunningServer,
+    load_policy,
+    make_executor,
+)
 from polymimic_serve.wire import packb, unpackb
 
 ALOHA = {"cam_high": "front_1"}
@@ -185,3 +192,13 @@ def test_a_new_episode_restarts_the_history(regression_export: Path, observation
         client._connection.send(packb({"__ctrl__": "episode_start", "__experiment__": "x"}))
         assert unpackb(client._connection.recv())["ok"] is True
         np.testing.assert_allclose(client.infer(observation(7))["actions"], first, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["chunk", "temporal_ensemble", "rtc"])
+def test_each_executor_drives_the_server(tiny_policy, observation, name: str) -> None:
+    with serving(tiny_policy) as running, PolicyClient(running.url) as client:
+        options = {} if name == "temporal_ensemble" else {"n_action_steps": 4}
+        executor = make_executor(name, client, delay=2, **options)
+        actions = np.stack([executor.act(observation(tick)) for tick in range(20)])
+    assert actions.shape == (20, 16) and np.isfinite(actions).all()
+    assert executor.requests == (20 if name == "temporal_ensemble" else 5)

@@ -36,6 +36,7 @@ _WHERE = {
     "load_policy": "trained_policy",
     "make_executor": "executors",
     "write_export": "checkpoints",
+    "write_untrained_export": "untrained",
 }
 __all__ = [
     "EXECUTORS",
@@ -54,6 +55,7 @@ __all__ = [
     "load_policy",
     "make_executor",
     "write_export",
+    "write_untrained_export",
 ]
 
 
@@ -78,3 +80,4 @@ if TYPE_CHECKING:
     from polymimic_serve.observations import ObservationError
     from polymimic_serve.server import PolicyServer, RunningServer
     from polymimic_serve.trained_policy import Continuation, TrainedPolicy, load_policy
+    from polymimic_serve.untrained import write_untrained_export

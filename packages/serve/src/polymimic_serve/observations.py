@@ -178,7 +178,7 @@ class ObservationReader:
         delay = rtc["delay"]
         if isinstance(delay, bool) or not isinstance(delay, int | np.integer):
             raise ObservationError(f"rtc.delay: an integer, got {delay!r}")
-        continuation = Continuation(np.asarray(rtc["actions"], dtype=np.float32), int(delay))
+        continuation = Continuation(np.array(rtc["actions"], dtype=np.float32), int(delay))
         try:
             continuation.check(self.policy.horizon, self.policy.layout.dim)
         except ValueError as exc:
