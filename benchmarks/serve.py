@@ -200,7 +200,7 @@ def smoothness(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, help="serve this instead of a fresh run")
     parser.add_argument("--steps", type=int, default=300, help="training steps of the run")
     parser.add_argument("--requests", type=int, default=200)

@@ -38,7 +38,10 @@ class PolicyClient:
             open_timeout=open_timeout,
             proxy=None,  # a robot's proxy settings must not route loopback or the lab's LAN
         )
-        self._metadata = unpackb(self._connection.recv())
+        metadata = self._connection.recv()
+        if isinstance(metadata, str):
+            raise RuntimeError(f"Error in inference server:\n{metadata}")
+        self._metadata = unpackb(metadata)
         self._reset = False
 
     def get_server_metadata(self) -> dict[str, Any]:

@@ -20,8 +20,10 @@ from polymimic_data.samples import Normalizer, NormStats, VectorStats
 from polymimic_policies import HPTConfig, PolicyConfig, build_policy
 from polymimic_serve.checkpoints import checkpoint_record, write_export
 
-# A small HPT: a CPU answers in milliseconds.
-SMALL_HPT = {"d_model": 64, "num_heads": 2, "trunk_layers": 1, "image_tokens": 2, "head_layers": 1}
+
+def small_hpt() -> HPTConfig:
+    """A small HPT: a CPU answers in milliseconds."""
+    return HPTConfig(d_model=64, num_heads=2, trunk_layers=1, image_tokens=2, head_layers=1)
 
 
 def _unit_stats(dim: int) -> NormStats:
@@ -46,7 +48,7 @@ def write_untrained_export(
     torch.manual_seed(seed)
     spec = {"embodiment": embodiment, "layout": layout, "cameras": list(cameras)}
     specs = embodiment_specs({embodiment: spec}, history=history, horizon=horizon)
-    policy = build_policy(config if config is not None else HPTConfig(**SMALL_HPT), specs)
+    policy = build_policy(config if config is not None else small_hpt(), specs)
     registered = get_embodiment(embodiment)
     chosen = registered.layout(layout)
     stats = {embodiment: _unit_stats(chosen.dim)}

@@ -55,7 +55,9 @@ def _unpack_hook(obj: dict[Any, Any]) -> Any:
 
 def packb(obj: Any) -> bytes:
     """Msgpack bytes of `obj`, numpy arrays and scalars included."""
-    return msgpack.packb(obj, default=_pack_default, use_bin_type=True)
+    data = msgpack.packb(obj, default=_pack_default, use_bin_type=True)
+    assert isinstance(data, bytes)
+    return data
 
 
 def unpackb(data: bytes) -> Any:

@@ -39,7 +39,7 @@ warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=
 
 
 def _stateful_dataloader() -> type[StatefulDataLoader]:
-    """torchdata's loader, imported when a loader is made (the `loaders` extra)."""
+    """The StatefulDataLoader class of torchdata (the `loaders` extra), imported on use."""
     try:
         from torchdata.stateful_dataloader import StatefulDataLoader
     except ModuleNotFoundError as exc:
@@ -48,6 +48,7 @@ def _stateful_dataloader() -> type[StatefulDataLoader]:
             "install polymimic-data[loaders]"
         ) from exc
     return StatefulDataLoader
+
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
