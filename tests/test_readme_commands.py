@@ -31,6 +31,10 @@ missing extra, a wrong CLI flag, a session nox does not have) fails. The rules:
   resume continuing two steps further; the last one completes and must print the run
   directory it continued in place.
 - `polymimic-data` commands run as written (on the generated data).
+- `polymimic-serve` on a run's checkpoint (`runs/<name>/<date>_<time>_<id>/...`) runs after
+  the README's command that makes that run, on a free port (`--port 0` appended): once it
+  says where it serves, a client reads the metadata and sends one observation with the
+  README's robot cameras; it must answer a chunk, and stop cleanly on Ctrl-C.
 - `uv run nox ...` lines run with `--list` appended: nox parses the line as written and
   names the sessions it selects (an unknown session fails) without running them. Running
   them here would build a venv per session and take the whole CI's time, and `tests`
@@ -90,6 +94,7 @@ GPU_LINE_SIZES = {
 }
 PALIGEMMA_DIR = "POLYMIMIC_PALIGEMMA_DIR"
 RUN_PLACEHOLDER = re.compile(r"^runs/([\w.-]+)/<date>_<time>_<id>$")
+RUN_FILE_PLACEHOLDER = re.compile(r"^runs/([\w.-]+)/<date>_<time>_<id>(/[\w./-]+)$")
 PATH_PLACEHOLDER = re.compile(r"/(?:data|models)/[^\],\s]*")
 
 
@@ -162,6 +167,7 @@ class Step:
     check: Callable[[str], None] = lambda output: None  # on a completed command's output
     killed_after_checkpoint: str | None = None  # a run name: SIGKILL once it checkpoints
     chain: str | None = None  # steps of one chain run in order, in one worker
+    serves: Callable[[str], None] | None = None  # a server: called with its URL, then stopped
 
 
 def _choice(args: list[str], group: str, default: str) -> str:
@@ -170,7 +176,8 @@ def _choice(args: list[str], group: str, default: str) -> str:
 
 
 def _with_placeholders(value: str, data: Data) -> str:
-    if "<" in value and not RUN_PLACEHOLDER.match(value.split("=", 1)[-1]):
+    run = value.split("=", 1)[-1]
+    if "<" in value and not (RUN_PLACEHOLDER.match(run) or RUN_FILE_PLACEHOLDER.match(run)):
         raise UnknownCommand(f"unknown placeholder in {value!r}")
     return PATH_PLACEHOLDER.sub(lambda m: data.path(m.group(0)), value)
 
@@ -272,6 +279,44 @@ def data_step(command: Command, data: Data) -> Step:
     return Step(command, "polymimic-data", [_with_placeholders(a, data) for a in command.argv[3:]])
 
 
+def _run_name(args: list[str]) -> str:
+    """The name of the run a train command makes (train.yaml: <model>-<data> by default)."""
+    default = f"{_choice(args, 'model', DEFAULT_MODEL)}-{_choice(args, 'data', DEFAULT_DATA)}"
+    return _choice(args, "name", "") or default
+
+
+def serve_step(command: Command, data: Data) -> Step:
+    if command.env:
+        raise UnknownCommand("polymimic-serve with an environment")
+    args = [_with_placeholders(a, data) for a in command.argv[3:]]
+    runs = [m[1] for a in args if (m := RUN_FILE_PLACEHOLDER.match(a))]
+    if len(runs) != 1:
+        raise UnknownCommand("polymimic-serve of anything but one run's checkpoint")
+    cameras = []  # the robot's camera names the README maps, else the policy's own
+    if "--camera-map" in args:
+        cameras = [
+            pair.partition("=")[0] for pair in args[args.index("--camera-map") + 1].split(",")
+        ]
+
+    def answers(url: str) -> None:
+        import numpy as np
+
+        from polymimic_serve import PolicyClient
+
+        with PolicyClient(url) as client:
+            meta = client.get_server_metadata()
+            names = cameras or meta["cameras"]
+            observation = {
+                "state": np.zeros(meta["state_dim"]),
+                "images": {name: np.zeros((3, 480, 640), np.uint8) for name in names},
+            }
+            actions = client.infer(observation)["actions"]
+            assert actions.shape == (meta["chunk_length"], meta["action_dim"]), actions.shape
+
+    return Step(command, "polymimic-serve", [*args, "--port", "0"], chain=f"run {runs[0]}",
+                serves=answers)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Skipped:
     why: str
@@ -288,6 +333,8 @@ def _step(command: Command, data: Data) -> Step | Skipped:
         return nox_step(command)
     if argv[:3] == ["uv", "run", "polymimic-data"]:
         return data_step(command, data)
+    if argv[:3] == ["uv", "run", "polymimic-serve"]:
+        return serve_step(command, data)
     if (argv[:1] == ["curl"] and argv[-2:] == ["|", "sh"]) or argv[:2] == ["pip", "install"]:
         return Skipped("installs uv, which runs this test")
     raise UnknownCommand("no rule for this program")
@@ -309,6 +356,20 @@ def plan(commands: list[Command], data: Data) -> dict[str, Step | UnknownCommand
         except UnknownCommand as exc:
             planned = exc
         plans[command.text] = planned
+    for planned in list(plans.values()):  # a served run: made first, in the server's chain
+        if isinstance(planned, Step) and planned.serves is not None and planned.chain:
+            name = planned.chain.removeprefix("run ")
+            makers = [
+                p for p in plans.values()
+                if isinstance(p, Step) and p.program == "train" and p.args[:1] != ["--help"]
+                and _run_name(p.args) == name and not p.killed_after_checkpoint
+            ]  # fmt: skip
+            if not makers:
+                plans[planned.command.text] = UnknownCommand(f"no README command makes {name}")
+            elif makers[0].chain and makers[0].chain != planned.chain:
+                planned.chain = makers[0].chain
+            else:
+                makers[0].chain = planned.chain
     return plans
 
 
@@ -322,12 +383,13 @@ def _checkpoints(runs: Path, name: str | None) -> set[Path]:
 def _resolve_runs(args: list[str], data: Data) -> list[str]:
     def resolve(arg: str) -> str:
         key, sep, value = arg.rpartition("=")
-        match = RUN_PLACEHOLDER.match(value)
+        match = RUN_PLACEHOLDER.match(value) or RUN_FILE_PLACEHOLDER.match(value)
         if not match:
             return arg
         made = sorted(p for p in (data.runs / match[1]).glob("*") if p.is_dir())
         assert made, f"no run named {match[1]} was made before {arg}"
-        return f"{key}{sep}{made[-1]}"
+        tail = match[2] if match.re is RUN_FILE_PLACEHOLDER else ""
+        return f"{key}{sep}{made[-1]}{tail}"
 
     return [resolve(a) for a in args]
 
@@ -343,6 +405,8 @@ def run_step(step: Step, venv: Path, env: dict[str, str], data: Data, log: Path)
             start_new_session=True,
         )  # fmt: skip
         try:
+            if step.serves is not None:
+                return _serve(step, process, log, start)
             while process.poll() is None:
                 if time.monotonic() - start > TIMEOUT_S:
                     raise AssertionError(f"still running after {TIMEOUT_S} s")
@@ -364,6 +428,19 @@ def run_step(step: Step, venv: Path, env: dict[str, str], data: Data, log: Path)
     assert process.returncode == 0, f"exit {process.returncode}"
     step.check(output)
     return output
+
+
+def _serve(step: Step, process: subprocess.Popen[bytes], log: Path, start: float) -> str:
+    """Wait for the server's address, let `step.serves` speak to it, stop it with Ctrl-C."""
+    assert step.serves is not None
+    while not (found := re.search(r"on (ws://[\w.]+:\d+)", log.read_text())):
+        assert process.poll() is None, f"exit {process.returncode} before serving"
+        assert time.monotonic() - start < TIMEOUT_S, f"not serving after {TIMEOUT_S} s"
+        time.sleep(0.2)
+    step.serves(found[1])
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=30) == 0, f"exit {process.returncode} after Ctrl-C"
+    return log.read_text()
 
 
 @pytest.fixture(scope="module")
