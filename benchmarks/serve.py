@@ -21,8 +21,6 @@ hpt_small on synthetic eva episodes, trained `--steps` steps unless a checkpoint
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
+from train_process import run_train
 
 from polymimic_serve import (
     LocalPolicy,
@@ -56,19 +55,10 @@ SHORT_RUN = [
 
 def train_default_run(tmp: Path, steps: int) -> Path:
     """`train` (the default run: hpt_small on synthetic eva) for `steps` steps; its last.ckpt."""
-    env = os.environ | {
-        "POLYMIMIC_DATA_ROOT": str(tmp / "data"),
-        "POLYMIMIC_CACHE_DIR": str(tmp / "cache"),
-        "POLYMIMIC_RUNS_ROOT": str(tmp / "runs"),
-    }
-    start = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "polymimic_train", f"trainer.max_steps={steps}", *SHORT_RUN],
-        env=env, capture_output=True, text=True,
-    )  # fmt: skip
+    seconds, result = run_train(tmp, f"trainer.max_steps={steps}", *SHORT_RUN)
     if result.returncode != 0:
         sys.exit(f"the default run failed:\n{result.stderr[-3000:]}")
-    emit("default_run_train_s", time.perf_counter() - start, "s", steps=steps)
+    emit("default_run_train_s", seconds, "s", steps=steps)
     (last,) = (tmp / "runs").glob("*/*/checkpoints/last.ckpt")
     return last
 

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
+from train_process import run_train
 
 emit = figure_printer("train_startup")
 
@@ -34,35 +31,22 @@ MISCONFIGURATIONS = {
 }
 
 
-def _train(tmp: Path, *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
-    env = os.environ | {
-        "POLYMIMIC_DATA_ROOT": str(tmp / "data"),
-        "POLYMIMIC_CACHE_DIR": str(tmp / "cache"),
-        "POLYMIMIC_RUNS_ROOT": str(tmp / "runs"),
-    }
-    start = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "polymimic_train", *args], env=env, capture_output=True, text=True
-    )
-    return time.perf_counter() - start, result
-
-
 def startup_figures(tmp: Path) -> None:
-    seconds, result = _train(tmp, "--help")
+    seconds, result = run_train(tmp, "--help")
     assert result.returncode == 0, result.stderr
     emit("help_s", seconds, "s", goal="< 5")
     empty = tmp / "empty"
     empty.mkdir()
     for name, overrides in MISCONFIGURATIONS.items():
         args = [o.format(empty=empty) for o in overrides]
-        seconds, result = _train(tmp, *args)
+        seconds, result = run_train(tmp, *args)
         assert result.returncode != 0, f"{name} did not fail"
         error = [line for line in result.stderr.splitlines() if "error" in line.lower()][-1:]
         emit(f"fail_s_{name}", seconds, "s", goal="< 10", error=error[0][:160] if error else "")
 
 
 def default_run_figures(tmp: Path) -> None:
-    seconds, result = _train(tmp, "trainer.enable_progress_bar=false")
+    seconds, result = run_train(tmp, "trainer.enable_progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
     (summary_path,) = (tmp / "runs").rglob("summary.json")
     summary = json.loads(summary_path.read_text())
