@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import torch
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from train_process import run_train
 
@@ -196,13 +197,19 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=5.0, help="per throughput figure")
     parser.add_argument("--delay", type=int, default=3, help="inference delay in ticks")
+    parser.add_argument("--threads", type=int, help="torch's intra-op threads (default: its own)")
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         checkpoint = args.checkpoint or train_default_run(tmp, args.steps)
         episodes = None if args.checkpoint else tmp / "data"
         policy = load_policy(checkpoint)
-        emit("policy", policy.step or 0, "step", cameras=policy.cameras, horizon=policy.horizon)
+        emit(
+            "policy", policy.step or 0, "step", cameras=policy.cameras, horizon=policy.horizon,
+            torch_threads=torch.get_num_threads(),
+        )  # fmt: skip
         with RunningServer(PolicyServer(policy, camera_map=CAMERA_MAP, port=0)) as running:
             for cameras in (1, 4):
                 latency(policy, running.url, args.requests, cameras)

@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
         help="run up to this many waiting requests of concurrent clients as one batch",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling noise")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch's intra-op threads on a CPU (default: torch's choice; on a small CPU shared "
+        "with the robot's own processes, fewer is often faster: measure with bench-serve)",
+    )
     parser.add_argument("--version", action="version", version=f"polymimic-serve {__version__}")
     return parser
 
@@ -54,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     """The command line entry point."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    import torch
+
     from polymimic_serve.observations import parse_camera_map
     from polymimic_serve.server import PolicyServer
     from polymimic_serve.trained_policy import load_policy
@@ -62,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         camera_map = parse_camera_map(args.camera_map)
         if args.max_batch < 1:
             raise ValueError(f"--max-batch: a positive integer, got {args.max_batch}")
+        if args.threads is not None:
+            if args.threads < 1:
+                raise ValueError(f"--threads: a positive integer, got {args.threads}")
+            torch.set_num_threads(args.threads)
         policy = load_policy(args.checkpoint, device=args.device, embodiment=args.embodiment)
         server = PolicyServer(
             policy,
