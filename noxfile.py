@@ -20,7 +20,7 @@ from nox.command import CommandFailed
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 
-PACKAGES = ("data", "policies", "strategies", "eval", "serve", "train")
+PACKAGES = ("data", "policies", "strategies", "eval", "serve", "sim", "train")
 PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider")
 ROOT = Path(__file__).resolve().parent
 nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "matrix", "lint", "typecheck"]

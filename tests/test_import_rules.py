@@ -23,6 +23,9 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[1]
 THIRD_PARTY = {
     "numpy",
+    "gymnasium",
+    "metaworld",
+    "mujoco",
     "msgpack",
     "websockets",
     "tensorboard",
@@ -80,6 +83,19 @@ ALLOWED: dict[str, set[str]] = {
         "websockets",
         "polymimic_data",
         "polymimic_policies",
+    },
+    # metaworld, mujoco: the `metaworld` extra, imported inside its task module only;
+    # torchvision: loaded before MuJoCo's first GL context (a Mesa EGL crash otherwise).
+    "sim": {
+        "numpy",
+        "gymnasium",
+        "simplejpeg",
+        "tqdm",
+        "torchvision",
+        "metaworld",
+        "mujoco",
+        "polymimic_data",
+        "polymimic_serve",
     },
     # tensorboard, PIL: clips and plots written to TensorBoard.
     "train": {

@@ -1,0 +1,151 @@
+"""MetaWorld's Sawyer tasks (the `metaworld` extra), with its own scripted experts.
+
+State is what a robot knows of itself: the hand's position (x, y, z, metres) and the
+gripper's opening. Actions are absolute: the hand's next target position and the gripper
+command in [-1, 1]. MetaWorld itself takes position deltas (scaled by its action_scale,
+clipped to [-1, 1]); the conversion is exact both ways, so a recorded episode replays
+step for step. Frames come from MuJoCo's renderer at the size asked for, no shadows and no
+multisampling (the same for recording and evaluation).
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from polymimic_sim.rendering import ensure_headless_rendering, make_rendering_cheap
+from polymimic_sim.tasks import MissingExtraError, Step, UnknownTaskError, observation_of
+
+EMBODIMENT = "sim/metaworld_sawyer"
+DEFAULT_CAMERAS = ("corner2",)
+
+
+def _metaworld() -> Any:
+    ensure_headless_rendering()
+    try:
+        import metaworld
+        import metaworld.env_dict
+        import metaworld.policies
+        import metaworld.types
+    except ModuleNotFoundError as exc:
+        raise MissingExtraError(
+            f"metaworld tasks need the metaworld extra ({exc.name} is missing): "
+            "install polymimic-sim[metaworld]"
+        ) from exc
+    return metaworld
+
+
+def task_names() -> list[str]:
+    """MetaWorld's task names that have a scripted expert, e.g. reach-v3."""
+    return sorted(_metaworld().policies.ENV_POLICY_MAP)
+
+
+def _prompt(task: str) -> str:
+    return task.removesuffix("-v3").replace("-", " ")
+
+
+class MetaWorldTask:
+    """One MetaWorld task (see the module docstring); `reset(seed)` draws its goal and objects."""
+
+    embodiment = EMBODIMENT
+
+    def __init__(
+        self,
+        task: str,
+        *,
+        image_size: Sequence[int] = (96, 128),
+        cameras: Sequence[str] | None = None,
+    ) -> None:
+        metaworld = _metaworld()
+        import mujoco
+
+        experts = metaworld.policies.ENV_POLICY_MAP
+        if task not in experts:
+            raise UnknownTaskError(
+                f"task metaworld/{task}: MetaWorld has no such task with a scripted expert; "
+                f"choose one of {sorted(experts)}"
+            )
+        self.name, self.prompt = f"metaworld/{task}", _prompt(task)
+        # The environment itself, not gym.make's MT1: that wrapper draws a new goal at every
+        # reset from a generator of its own, whatever the seed. Here a seed is the episode.
+        self.sim = metaworld.env_dict.ALL_V3_ENVIRONMENTS[task]()
+        self._task_type = metaworld.types.Task
+        make_rendering_cheap(self.sim.model)
+        known = [self.sim.model.camera(i).name for i in range(self.sim.model.ncam)]
+        self.cameras = list(cameras or DEFAULT_CAMERAS)
+        unknown = [c for c in self.cameras if c not in known]
+        if unknown:
+            raise ValueError(f"cameras: {unknown} are not cameras of {self.name}; it has {known}")
+        height, width = (int(v) for v in image_size)
+        self.renderer = mujoco.Renderer(self.sim.model, height, width)
+        self.expert = experts[task]()
+        self.fps = float(self.sim.metadata["render_fps"])
+        self.max_steps = int(self.sim.max_path_length)
+        self.scale = float(self.sim.action_scale)
+        self._raw: np.ndarray | None = None
+        self.steps = 0
+
+    def declaration(self) -> dict[str, Any]:
+        """The embodiment its episodes declare: hand position and gripper, state and action."""
+        return {
+            "name": EMBODIMENT,
+            "family": "robot",
+            "fps": self.fps,
+            "cameras": list(self.cameras),
+            "state": ["observation.state"],
+            "actions": ["action"],
+            "channels": ["hand_x", "hand_y", "hand_z", "gripper"],
+            "groups": [
+                {"name": "hand_position", "kind": "position", "width": 3},
+                {"name": "gripper", "kind": "gripper", "width": 1},
+            ],
+        }
+
+    def _observation(self) -> dict[str, Any]:
+        assert self._raw is not None
+        images = {}
+        for camera in self.cameras:
+            self.renderer.update_scene(self.sim.data, camera=camera)
+            images[camera] = self.renderer.render().copy()
+        return observation_of(self._raw[:4], images, self.prompt)
+
+    def reset(self, seed: int) -> dict[str, Any]:
+        """A new episode from `seed` (its goal and objects drawn from it): the first observation."""
+        space = self.sim._random_reset_space  # where MetaWorld draws goals and objects from
+        placement = np.random.default_rng(int(seed)).uniform(space.low, space.high)
+        data = {"env_cls": type(self.sim), "rand_vec": placement, "partially_observable": False}
+        self.sim.set_task(self._task_type(env_name=self.name, data=pickle.dumps(data)))
+        self.sim.seed(int(seed))
+        self._raw, _ = self.sim.reset()
+        self.steps = 0
+        return self._observation()
+
+    def step(self, action: np.ndarray) -> Step:
+        """Move towards the absolute target (x, y, z, gripper command)."""
+        assert self._raw is not None, "reset the task first"
+        target = np.asarray(action, dtype=np.float64)
+        if target.shape != (4,) or not np.isfinite(target).all():
+            raise ValueError(f"{self.name}: an action is (4,) finite, got {target.shape}")
+        delta = np.clip((target[:3] - self._raw[:3]) / self.scale, -1.0, 1.0)
+        command = np.append(delta, np.clip(target[3], -1.0, 1.0)).astype(np.float32)
+        self._raw, reward, terminated, truncated, info = self.sim.step(command)
+        self.steps += 1
+        done = bool(terminated or truncated or self.steps >= self.max_steps)
+        return Step(self._observation(), float(reward), bool(info["success"]), done)
+
+    def expert_action(self) -> np.ndarray:
+        """MetaWorld's scripted expert, as an absolute target."""
+        assert self._raw is not None, "reset the task first"
+        with warnings.catch_warnings():  # its gains exceed 1 by design; the env clips them
+            warnings.filterwarnings("ignore", message="Constant", category=UserWarning)
+            delta = np.clip(np.asarray(self.expert.get_action(self._raw), np.float64), -1, 1)
+        return np.append(self._raw[:3] + delta[:3] * self.scale, delta[3]).astype(np.float32)
+
+    def close(self) -> None:
+        """Release the renderer and the simulator."""
+        self.renderer.close()
+        self.sim.close()

@@ -1,0 +1,117 @@
+"""Scripted demonstrations recorded as episodes: `record(task, dest, episodes=50)`.
+
+Each episode runs the task's scripted expert from its own seed (`seed + i`) until it
+succeeds (then `linger` more frames, the task held) or its time runs out; only successful
+episodes are written, through polymimic-data's EpisodeWriter (atomic: an episode appears
+whole or not at all), declaring the task's embodiment, with the task as the prompt, the
+simulator's fps and the episode's seed in its attributes. An episode already there (a
+rerun after an interruption) is kept, not redone: recording resumes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import simplejpeg
+from tqdm import tqdm
+
+from polymimic_data.embodiments import DECLARATION, check_declaration
+from polymimic_data.store import EpisodeWriter
+from polymimic_sim.tasks import SimTask, make_task
+
+LINGER = 10  # frames recorded after success: the policy learns to hold, not to leave
+
+
+@dataclass
+class RecordReport:
+    """What `record` did: per seed, whether the expert succeeded; what was written."""
+
+    task: str
+    succeeded: dict[int, bool] = field(default_factory=dict)
+    written: list[Path] = field(default_factory=list)
+    kept: list[Path] = field(default_factory=list)  # already there from an earlier run
+
+    @property
+    def success_rate(self) -> float:
+        """The expert's share of successful episodes (kept ones count as successes)."""
+        outcomes = list(self.succeeded.values())
+        return sum(outcomes) / len(outcomes) if outcomes else 0.0
+
+
+def _episode_path(dest: Path, task: SimTask, seed: int) -> Path:
+    return dest / f"{task.name.replace('/', '_')}_seed{seed:06d}.zarr"
+
+
+def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 90) -> bool:
+    """Run the expert from `seed`; write the episode to `path` if it succeeded."""
+    observation = task.reset(seed)
+    states, actions, frames = [], [], {c: [] for c in task.cameras}
+    success_at: int | None = None
+    for tick in range(task.max_steps):
+        action = task.expert_action()
+        states.append(observation["state"])
+        actions.append(action)
+        for camera in task.cameras:
+            frames[camera].append(
+                simplejpeg.encode_jpeg(observation["images"][camera], jpeg_quality)
+            )
+        step = task.step(action)
+        observation = step.observation
+        if step.success and success_at is None:
+            success_at = tick
+        if step.done or (success_at is not None and tick >= success_at + LINGER):
+            break
+    if success_at is None:
+        return False
+    declaration = task.declaration()
+    check_declaration(declaration, source=str(path))
+    metadata = {DECLARATION: declaration, "seed": int(seed), "sim_task": task.name,
+                "success_step": int(success_at)}  # fmt: skip
+    with EpisodeWriter(
+        path,
+        embodiment=declaration["name"],
+        fps=task.fps,
+        task_name=task.prompt,
+        task_description=task.prompt,
+        metadata=metadata,
+    ) as writer:
+        writer.extend({"observation.state": np.stack(states), "action": np.stack(actions)}, frames)
+        writer.annotate(task.prompt, 0, len(states))
+    return True
+
+
+def record(
+    task_name: str,
+    dest: str | os.PathLike[str],
+    *,
+    episodes: int = 50,
+    seed: int = 0,
+    image_size: Sequence[int] = (96, 128),
+    cameras: Sequence[str] | None = None,
+    progress: bool = True,
+) -> RecordReport:
+    """Record `episodes` scripted demonstrations of `task_name` under `dest`."""
+    if episodes < 1:
+        raise ValueError(f"episodes: a positive number, got {episodes}")
+    dest = Path(dest)
+    task = make_task(task_name, image_size=image_size, cameras=cameras)
+    report = RecordReport(task.name)
+    try:
+        for index in tqdm(range(episodes), desc=f"record {task.name}", disable=not progress):
+            episode_seed = seed + index
+            path = _episode_path(dest, task, episode_seed)
+            if path.exists():
+                report.succeeded[episode_seed] = True
+                report.kept.append(path)
+                continue
+            succeeded = record_episode(task, episode_seed, path)
+            report.succeeded[episode_seed] = succeeded
+            if succeeded:
+                report.written.append(path)
+    finally:
+        task.close()
+    return report

@@ -1,0 +1,102 @@
+"""Simulated tasks by name, behind one interface: observations as a robot sends them.
+
+A task gives observations in the form polymimic-serve takes (`state` (S,), `images`
+{camera: uint8 HWC}, `prompt`), takes absolute actions in the units its episodes record,
+says when it has succeeded, and has a scripted expert for demonstrations. Names:
+`metaworld/<task>` (e.g. `metaworld/reach-v3`; the `metaworld` extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class UnknownTaskError(ValueError):
+    """A task name no simulator here provides."""
+
+
+class MissingExtraError(ModuleNotFoundError):
+    """A task whose simulator is not installed; the message names the extra."""
+
+
+@dataclass
+class Step:
+    """What one action led to."""
+
+    observation: dict[str, Any]
+    reward: float
+    success: bool
+    done: bool  # the episode ended (its time limit, or the simulator gave up)
+
+
+class SimTask(Protocol):
+    """One simulated task (see the module docstring)."""
+
+    name: str
+    embodiment: str
+    fps: float
+    max_steps: int
+    prompt: str
+    cameras: list[str]
+
+    def declaration(self) -> dict[str, Any]:
+        """The embodiment its episodes declare (polymimic-data's declared embodiments)."""
+        ...
+
+    def reset(self, seed: int) -> dict[str, Any]:
+        """A new episode, its initial state drawn from `seed`; the first observation."""
+        ...
+
+    def step(self, action: np.ndarray) -> Step:
+        """Apply one absolute action."""
+        ...
+
+    def expert_action(self) -> np.ndarray:
+        """The scripted expert's action for the current state, in the same units."""
+        ...
+
+    def close(self) -> None:
+        """Release the simulator."""
+        ...
+
+
+def metaworld_tasks() -> list[str]:
+    """Every MetaWorld task name (needs the `metaworld` extra)."""
+    from polymimic_sim.metaworld_tasks import task_names
+
+    return [f"metaworld/{name}" for name in task_names()]
+
+
+def make_task(
+    name: str,
+    *,
+    image_size: Sequence[int] = (96, 128),
+    cameras: Sequence[str] | None = None,
+) -> SimTask:
+    """The task called `name` (e.g. `metaworld/reach-v3`), rendering at `image_size` (H, W)."""
+    family, _, task = name.partition("/")
+    if family == "metaworld" and task:
+        from polymimic_sim.metaworld_tasks import MetaWorldTask
+
+        return MetaWorldTask(task, image_size=image_size, cameras=cameras)
+    raise UnknownTaskError(
+        f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
+        "(e.g. metaworld/reach-v3)"
+    )
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """`96x128` -> (96, 128) (height x width)."""
+    height, sep, width = text.lower().partition("x")
+    if not sep or not height.isdigit() or not width.isdigit() or min(int(height), int(width)) < 8:
+        raise ValueError(f"image size: {text!r} is not HEIGHTxWIDTH (e.g. 96x128)")
+    return int(height), int(width)
+
+
+def observation_of(state: np.ndarray, images: Mapping[str, np.ndarray], prompt: str) -> dict:
+    """An observation in polymimic-serve's form."""
+    return {"state": np.asarray(state, np.float32), "images": dict(images), "prompt": prompt}

@@ -1,0 +1,133 @@
+"""Scripted demonstrations recorded as real episodes, and replayed open-loop."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from polymimic_data import EpisodeReader, resolve_episodes
+from polymimic_sim import evaluate, make_task, record
+from polymimic_sim.recording import LINGER
+
+TASK, SIZE = "metaworld/reach-v3", (48, 64)
+
+
+def test_recorded_episodes_validate_and_declare_what_they_are(reach_episodes: Path) -> None:
+    script = Path(sys.executable).with_name("polymimic-data")
+    result = subprocess.run(
+        [str(script), "validate", str(reach_episodes)], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and "ok: 2 episodes" in result.stdout, (
+        result.stdout + result.stderr
+    )
+    episodes = resolve_episodes(reach_episodes)  # registers the declared embodiment
+    assert [e.embodiment for e in episodes] == ["sim/metaworld_sawyer"] * 2
+    attrs = EpisodeReader(episodes[0].path).attrs
+    assert attrs["seed"] == 0 and attrs["fps"] == 80.0 and attrs["task_name"] == "reach"
+    assert attrs["total_frames"] == attrs["success_step"] + LINGER + 1
+
+
+class ReplayPolicy:
+    """Answers each request with the recorded actions from that tick on: open-loop replay."""
+
+    def __init__(self, actions: np.ndarray, horizon: int = 20) -> None:
+        self.actions, self.horizon, self.tick = actions, horizon, 0
+
+    def get_server_metadata(self) -> dict[str, Any]:
+        return {"chunk_length": self.horizon, "can_inpaint": False}
+
+    def infer(self, observation: dict) -> dict:
+        rows = np.arange(self.tick, self.tick + self.horizon).clip(max=len(self.actions) - 1)
+        self.tick += self.horizon
+        return {"actions": self.actions[rows]}
+
+    def reset(self) -> None:
+        self.tick = 0
+
+
+class HoldPolicy(ReplayPolicy):
+    """Holds the hand where it is: never reaches."""
+
+    def infer(self, observation: dict) -> dict:
+        return {"actions": np.repeat(observation["state"][None], self.horizon, axis=0)}
+
+
+def test_replaying_a_demonstration_succeeds_and_holding_still_fails(reach_episodes: Path) -> None:
+    (first, _) = resolve_episodes(reach_episodes)
+    actions = EpisodeReader(first.path).read_numeric("action")
+    task = make_task(TASK, image_size=SIZE)
+    try:
+        options = {"n_action_steps": 20}
+        replayed = evaluate(
+            ReplayPolicy(actions),
+            task,
+            episodes=1,
+            seed=0,
+            executor_options=options,
+            progress=False,
+        )
+        held = evaluate(
+            HoldPolicy(actions),
+            task,
+            episodes=1,
+            seed=0,
+            executor_options=options,
+            max_steps=100,
+            progress=False,
+        )
+    finally:
+        task.close()
+    assert replayed["successes"] == 1 and replayed["outcomes"][0]["steps"] <= len(actions)
+    assert held["successes"] == 0 and held["outcomes"][0]["steps"] == 100
+
+
+def test_recording_again_keeps_what_is_there(reach_episodes: Path) -> None:
+    before = {p.name: p.stat().st_mtime_ns for p in reach_episodes.iterdir()}
+    report = record(TASK, reach_episodes, episodes=2, image_size=SIZE, progress=False)
+    assert len(report.kept) == 2 and report.written == []
+    assert {p.name: p.stat().st_mtime_ns for p in reach_episodes.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("pybullet/reach", "not one of this package's simulators; use metaworld/<task>"),
+        ("metaworld/fly-v3", "MetaWorld has no such task with a scripted expert"),
+        ("metaworld", "not one of this package's simulators"),
+    ],
+)
+def test_a_bad_task_name_is_named(name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_task(name)
+
+
+def test_a_missing_extra_names_it(monkeypatch) -> None:
+    from polymimic_sim import MissingExtraError
+    from polymimic_sim.cli import main
+
+    monkeypatch.setitem(sys.modules, "metaworld", None)  # as if not installed
+    with pytest.raises(MissingExtraError, match=r"install polymimic-sim\[metaworld\]"):
+        make_task(TASK)
+    assert main(["record", TASK, "/tmp/never-written"]) == 2
+    assert not Path("/tmp/never-written").exists()
+
+
+def test_rendering_keeps_the_users_backend_and_names_the_packages_when_none_works(
+    monkeypatch,
+) -> None:
+    from polymimic_sim import rendering
+
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    assert rendering.ensure_headless_rendering() == "osmesa"
+    monkeypatch.delenv("MUJOCO_GL")
+    monkeypatch.setattr(rendering, "_works", lambda backend: (False, f"{backend} failed"))
+    with pytest.raises(
+        rendering.RenderingError,
+        match=r"egl: egl failed; osmesa: osmesa failed.*apt-get install libegl1",
+    ):
+        rendering.ensure_headless_rendering()

@@ -1,0 +1,104 @@
+"""Closed-loop rollouts: executors inside them, Wilson intervals, simulators that give up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polymimic_data.embodiments import declare
+from polymimic_serve import LocalPolicy, load_policy, write_untrained_export
+from polymimic_sim import evaluate, make_task, rollout, wilson_interval
+from polymimic_sim.cli import main
+from polymimic_sim.tasks import Step
+
+TASK, SIZE = "metaworld/reach-v3", (48, 64)
+
+
+@pytest.mark.parametrize(
+    ("successes", "trials", "expected"),
+    [
+        (45, 50, (0.7864, 0.9565)),
+        (0, 10, (0.0, 0.2775)),
+        (10, 10, (0.7225, 1.0)),
+        (1, 2, (0.0945, 0.9055)),
+    ],
+)
+def test_the_wilson_interval_matches_its_formula(successes, trials, expected) -> None:
+    assert wilson_interval(successes, trials) == pytest.approx(expected, abs=1e-4)
+    with pytest.raises(ValueError, match="trials: a positive number"):
+        wilson_interval(0, 0)
+
+
+@pytest.fixture(scope="module")
+def untrained_sawyer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    task = make_task(TASK, image_size=SIZE)
+    try:
+        declare(task.declaration())
+    finally:
+        task.close()
+    out = tmp_path_factory.mktemp("sawyer") / "export"
+    return write_untrained_export(out, embodiment="sim/metaworld_sawyer", cameras=["corner2"],
+                                  history=2, horizon=8, image_size=SIZE)  # fmt: skip
+
+
+@pytest.mark.parametrize("executor", ["chunk", "temporal_ensemble", "rtc"])
+def test_every_executor_runs_inside_rollouts(untrained_sawyer: Path, executor: str) -> None:
+    policy = LocalPolicy(load_policy(untrained_sawyer))
+    task = make_task(TASK, image_size=SIZE)
+    options = {"delay": 1} | ({} if executor == "temporal_ensemble" else {"n_action_steps": 4})
+    try:
+        summary = evaluate(policy, task, episodes=2, seed=1000, executor=executor,
+                           executor_options=options, max_steps=12, progress=False)  # fmt: skip
+    finally:
+        task.close()
+    assert [o["seed"] for o in summary["outcomes"]] == [1000, 1001]
+    assert all(o["steps"] <= 12 for o in summary["outcomes"]) and summary["env_steps_per_s"] > 0
+    low, high = summary["success_rate_wilson95"]
+    assert 0.0 <= low <= summary["success_rate"] <= high <= 1.0
+
+
+def test_the_cli_writes_the_summary(untrained_sawyer: Path, tmp_path: Path, capsys) -> None:
+    code = main(["evaluate", str(untrained_sawyer), TASK, "--episodes", "1", "--out", str(tmp_path),
+                 "--executor", "rtc", "--n-action-steps", "4", "--delay", "1"])  # fmt: skip
+    assert code == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["executor"] == "rtc" and summary["episodes"] == 1
+    assert "95% interval" in capsys.readouterr().out
+
+
+class GivingUp:
+    """A task whose simulator raises on the third step (as dm_control's PhysicsError)."""
+
+    name, max_steps = "fake/unstable", 10
+
+    def reset(self, seed: int) -> dict:
+        self.steps = 0
+        return {"state": np.zeros(4), "images": {}, "prompt": ""}
+
+    def step(self, action: np.ndarray) -> Step:
+        self.steps += 1
+        if self.steps == 3:
+            raise RuntimeError("unstable accelerations")
+        return Step({"state": np.zeros(4), "images": {}, "prompt": ""}, 0.5, False, False)
+
+
+class Zeros:
+    def get_server_metadata(self) -> dict:
+        return {"chunk_length": 4}
+
+    def infer(self, observation: dict) -> dict:
+        return {"actions": np.zeros((4, 4), np.float32)}
+
+    def reset(self) -> None:
+        pass
+
+
+def test_a_simulator_that_gives_up_is_a_failure_not_a_crash() -> None:
+    from polymimic_serve import make_executor
+
+    outcome = rollout(GivingUp(), make_executor("chunk", Zeros()), seed=0)  # type: ignore[arg-type]
+    assert (outcome.success, outcome.steps, outcome.total_return) == (False, 3, 1.0)
+    assert outcome.error == "RuntimeError: unstable accelerations"
