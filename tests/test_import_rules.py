@@ -113,6 +113,7 @@ ALLOWED: dict[str, set[str]] = {
         "polymimic_strategies",
         "polymimic_eval",
         "polymimic_serve",
+        "polymimic_sim",
     },
 }
 OURS = {f"polymimic_{p}" for p in ALLOWED}

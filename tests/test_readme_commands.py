@@ -31,6 +31,9 @@ missing extra, a wrong CLI flag, a session nox does not have) fails. The rules:
   resume continuing two steps further; the last one completes and must print the run
   directory it continued in place.
 - `polymimic-data` commands run as written (on the generated data).
+- `polymimic-sim record` runs with `--episodes 2` appended, into a tmp folder for
+  `/data/sim/...`, before the commands that read that folder; `evaluate ... sim=<task>` on
+  a run's checkpoint runs after the command that makes the run, with `sim.episodes=1`.
 - `polymimic-serve` on a run's checkpoint (`runs/<name>/<date>_<time>_<id>/...`) runs after
   the README's command that makes that run, on a free port (`--port 0` appended): once it
   says where it serves, a client reads the metadata and sends one observation with the
@@ -149,7 +152,7 @@ class Data:
             return str(self.eva)
         if placeholder == "/data/lerobot/aloha_cube":
             return str(self.lerobot)
-        if placeholder.startswith("/data/polymimic/"):
+        if placeholder.startswith(("/data/polymimic/", "/data/sim/")):
             return str(self.tmp / placeholder.removeprefix("/data/"))
         if placeholder == "/models/paligemma-3b-pt-224":
             return str(self.paligemma)
@@ -285,6 +288,25 @@ def _run_name(args: list[str]) -> str:
     return _choice(args, "name", "") or default
 
 
+def sim_record_step(command: Command, data: Data) -> Step:
+    if command.env or command.argv[3:4] != ["record"]:
+        raise UnknownCommand("polymimic-sim other than record, or with an environment")
+    args = [_with_placeholders(a, data) for a in command.argv[3:]]
+    return Step(command, "polymimic-sim", [*args, "--episodes", "2"])
+
+
+def evaluate_sim_step(command: Command, data: Data) -> Step:
+    args = [_with_placeholders(a, data) for a in command.argv[3:]]
+    runs = [m[1] for a in args if (m := RUN_FILE_PLACEHOLDER.match(a.split("=", 1)[-1]))]
+    if command.env or len(runs) != 1 or not any(a.startswith("sim=") for a in args):
+        raise UnknownCommand("evaluate other than sim=<task> on one run's checkpoint")
+
+    def check(output: str) -> None:
+        assert re.search(r"\d+/1 succeeded \(\d+%, 95% interval", output), output[-2000:]
+
+    return Step(command, "evaluate", [*args, "sim.episodes=1"], check=check, chain=f"run {runs[0]}")
+
+
 def serve_step(command: Command, data: Data) -> Step:
     if command.env:
         raise UnknownCommand("polymimic-serve with an environment")
@@ -325,6 +347,7 @@ class Skipped:
 # Commands that read what another writes: the LeRobot dataset, then the episodes imported
 # from it (`/data/polymimic/...`) run in one chain, in the README's order.
 WRITTEN_BY_A_COMMAND = ("/data/lerobot/", "/data/polymimic/")
+RECORDED_BY_A_COMMAND = "/data/sim/"  # recorded by polymimic-sim, read by a run: one chain
 
 
 def _step(command: Command, data: Data) -> Step | Skipped:
@@ -335,6 +358,10 @@ def _step(command: Command, data: Data) -> Step | Skipped:
         return data_step(command, data)
     if argv[:3] == ["uv", "run", "polymimic-serve"]:
         return serve_step(command, data)
+    if argv[:3] == ["uv", "run", "polymimic-sim"]:
+        return sim_record_step(command, data)
+    if argv[:3] == ["uv", "run", "evaluate"]:
+        return evaluate_sim_step(command, data)
     if (argv[:1] == ["curl"] and argv[-2:] == ["|", "sh"]) or argv[:2] == ["pip", "install"]:
         return Skipped("installs uv, which runs this test")
     raise UnknownCommand("no rule for this program")
@@ -347,7 +374,9 @@ def plan(commands: list[Command], data: Data) -> dict[str, Step | UnknownCommand
     for command in commands:
         try:
             planned = trains.get(command.text) or _step(command, data)
-            if isinstance(planned, Step) and any(
+            if isinstance(planned, Step) and any(RECORDED_BY_A_COMMAND in a for a in command.argv):
+                planned.chain = planned.chain or "sim data"
+            elif isinstance(planned, Step) and any(
                 p in a for a in command.argv for p in WRITTEN_BY_A_COMMAND
             ):
                 if planned.chain:
@@ -356,8 +385,12 @@ def plan(commands: list[Command], data: Data) -> dict[str, Step | UnknownCommand
         except UnknownCommand as exc:
             planned = exc
         plans[command.text] = planned
-    for planned in list(plans.values()):  # a served run: made first, in the server's chain
-        if isinstance(planned, Step) and planned.serves is not None and planned.chain:
+    for planned in list(plans.values()):  # a served or evaluated run: made first, one chain
+        if (
+            isinstance(planned, Step)
+            and planned.program in ("polymimic-serve", "evaluate")
+            and planned.chain
+        ):
             name = planned.chain.removeprefix("run ")
             makers = [
                 p for p in plans.values()
@@ -386,9 +419,13 @@ def _resolve_runs(args: list[str], data: Data) -> list[str]:
         match = RUN_PLACEHOLDER.match(value) or RUN_FILE_PLACEHOLDER.match(value)
         if not match:
             return arg
-        made = sorted(p for p in (data.runs / match[1]).glob("*") if p.is_dir())
-        assert made, f"no run named {match[1]} was made before {arg}"
         tail = match[2] if match.re is RUN_FILE_PLACEHOLDER else ""
+        # the newest run of that name holding the file (another run of the name, started by
+        # a command running beside this chain, may not have written it yet)
+        made = sorted(
+            p for p in (data.runs / match[1]).glob("*") if p.is_dir() and (p / tail[1:]).exists()
+        )
+        assert made, f"no run named {match[1]} was made before {arg}"
         return f"{key}{sep}{made[-1]}{tail}"
 
     return [resolve(a) for a in args]

@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--n-action-steps", type=int, help="steps run per chunk (chunk, rtc)")
     ev.add_argument("--delay", type=int, default=0, help="simulated inference delay, ticks")
     ev.add_argument("--out", type=Path, help="write summary.json here")
+    ev.add_argument(
+        "--via-server", action="store_true", help="drive the policy through its websocket server"
+    )
     commands.add_parser("tasks", help="list the tasks (with the extras installed)")
     return parser
 
@@ -58,35 +61,22 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from polymimic_data.store import write_json_atomic
-    from polymimic_serve import LocalPolicy, load_policy
-    from polymimic_sim.rollouts import evaluate
-    from polymimic_sim.tasks import make_task
+    from polymimic_sim.rollouts import describe, evaluate_checkpoint
 
-    policy = load_policy(args.checkpoint)
-    task = make_task(args.task, image_size=policy.image_size, cameras=policy.cameras)
-    options = {"delay": args.delay}
+    options: dict[str, int] = {"delay": args.delay}
     if args.n_action_steps is not None:
         options["n_action_steps"] = args.n_action_steps
-    try:
-        summary = evaluate(
-            LocalPolicy(policy, seed=args.seed),
-            task,
-            episodes=args.episodes,
-            seed=args.seed,
-            executor=args.executor,
-            executor_options=options,
-        )
-    finally:
-        task.close()
-    summary["checkpoint"] = str(Path(args.checkpoint).resolve())
-    if args.out is not None:
-        write_json_atomic(args.out / "summary.json", summary)
-    low, high = summary["success_rate_wilson95"]
-    print(
-        f"{summary['task']}: {summary['successes']}/{summary['episodes']} succeeded "
-        f"({summary['success_rate']:.0%}, 95% interval {low:.0%}-{high:.0%})"
+    summary = evaluate_checkpoint(
+        args.checkpoint,
+        args.task,
+        episodes=args.episodes,
+        seed=args.seed,
+        executor=args.executor,
+        executor_options=options,
+        via_server=args.via_server,
+        out=args.out,
     )
+    print(describe(summary))
     print(json.dumps({k: v for k, v in summary.items() if k != "outcomes"}))
     return 0
 

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -113,3 +114,60 @@ def evaluate(
     for index in tqdm(range(episodes), desc=f"rollouts {task.name}", disable=not progress):
         outcomes.append(rollout(task, runner, seed + index, max_steps))
     return summarise(task, executor, outcomes, time.perf_counter() - start)
+
+
+def evaluate_checkpoint(
+    checkpoint: str | Path,
+    task_name: str,
+    *,
+    episodes: int = 50,
+    seed: int = 1000,
+    executor: str = "chunk",
+    executor_options: Mapping[str, Any] | None = None,
+    via_server: bool = False,
+    out: str | Path | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Rollouts of a checkpoint or export in `task_name`; `out/summary.json` if `out`.
+
+    The task renders the policy's cameras at its image size. With `via_server`, the policy
+    is served on loopback and driven through `PolicyClient`: the robot's path, wire and all.
+    """
+    from polymimic_data.store import write_json_atomic
+    from polymimic_serve import LocalPolicy, PolicyClient, PolicyServer, RunningServer, load_policy
+    from polymimic_sim.tasks import make_task
+
+    trained = load_policy(checkpoint, device=device)
+    task = make_task(task_name, image_size=trained.image_size, cameras=trained.cameras)
+    options = {"episodes": episodes, "seed": seed, "executor": executor,
+               "executor_options": executor_options, "progress": progress}  # fmt: skip
+    try:
+        if via_server:
+            with (
+                RunningServer(PolicyServer(trained, port=0, seed=seed)) as running,
+                PolicyClient(running.url) as client,
+            ):
+                summary = evaluate(client, task, **options)
+        else:
+            summary = evaluate(LocalPolicy(trained, seed=seed), task, **options)
+    finally:
+        task.close()
+    summary |= {
+        "checkpoint": str(Path(checkpoint).resolve()),
+        "weights_step": trained.step,
+        "via_server": via_server,
+        "executor_options": dict(executor_options or {}),
+    }
+    if out is not None:
+        write_json_atomic(Path(out) / "summary.json", summary)
+    return summary
+
+
+def describe(summary: Mapping[str, Any]) -> str:
+    """One line: successes, rate and its 95% interval."""
+    low, high = summary["success_rate_wilson95"]
+    return (
+        f"{summary['task']}: {summary['successes']}/{summary['episodes']} succeeded "
+        f"({summary['success_rate']:.0%}, 95% interval {low:.0%}-{high:.0%})"
+    )
