@@ -61,8 +61,19 @@ def test_every_executor_runs_inside_rollouts(untrained_sawyer: Path, executor: s
 
 
 def test_the_cli_writes_the_summary(untrained_sawyer: Path, tmp_path: Path, capsys) -> None:
-    code = main(["evaluate", str(untrained_sawyer), TASK, "--episodes", "1", "--out", str(tmp_path),
-                 "--executor", "rtc", "--n-action-steps", "4", "--delay", "1", "--via-server"])  # fmt: skip
+    options = ["--executor", "rtc", "--n-action-steps", "4", "--delay", "1", "--via-server"]
+    code = main(
+        [
+            "evaluate",
+            str(untrained_sawyer),
+            TASK,
+            "--episodes",
+            "1",
+            "--out",
+            str(tmp_path),
+            *options,
+        ]
+    )
     assert code == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["executor"] == "rtc" and summary["episodes"] == 1 and summary["via_server"]
