@@ -144,6 +144,14 @@ def bench_serve(session: nox.Session) -> None:
     session.run("python", "benchmarks/serve.py", *session.posargs)
 
 
+@nox.session(name="bench-sim")
+def bench_sim(session: nox.Session) -> None:
+    """The scripted expert's success rate and recording speed; a rollout's step rate against
+    the bare task's (not in CI: simulators take minutes)."""
+    sync(session, "--package", "polymimic-sim", "--all-extras")
+    session.run("python", "benchmarks/sim.py", *session.posargs)
+
+
 def _project(package: str) -> dict:
     return tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
 

@@ -77,3 +77,20 @@ def test_serve_benchmark_prints_its_ratios(trained_checkpoint: Path) -> None:
     rates = {(r["clients"], r["max_batch"]) for r in lines if r["metric"] == "requests_per_s"}
     assert rates == {(c, b) for c in (1, 4, 16) for b in (1, 16)}
     assert any(line["metric"] == "rtc_over_chunk_boundary_jump" for line in lines)
+
+
+def test_sim_benchmark_prints_its_ratio() -> None:
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "sim.py"),
+        "--episodes",
+        "1",
+        "--steps",
+        "40",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
+    assert figures["expert_success_rate"]["value"] == 1.0
+    assert figures["record_frames_per_s"]["value"] > 0
+    assert figures["rollout_over_bare_step_rate"]["value"] > 0
