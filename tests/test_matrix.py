@@ -94,9 +94,16 @@ def _pi_overrides(model: str, data: str) -> list[str]:
             "model.image_slots.left_wrist_0_rgb=[left_wrist,wrist]",
         ]
         if data.startswith("lerobot")
+        else ["model.image_slots.base_0_rgb=[front_1,corner2]"]  # MetaWorld's camera
+        if data.startswith("sim_")
         else []
     )
     return rot6d + slots + (["model.max_token_len=640"] if embodiments - {"eva_bimanual"} else [])
+
+
+# A pressed button needs no gripper: the demonstrations' gripper channel is constant, and
+# the normaliser says so (a UserWarning, an error under pytest's settings).
+SIM_MARKS = [pytest.mark.filterwarnings(r"ignore:.*are \(nearly\) constant:UserWarning")]
 
 
 def _pairs() -> list:
@@ -106,14 +113,31 @@ def _pairs() -> list:
         if size > GPU_ONLY:
             continue
         marks = [pytest.mark.slow] if size > SLOW else []
-        pairs += [pytest.param(model, data, marks=marks) for data in _options("data")]
+        pairs += [
+            pytest.param(model, data, marks=marks + (SIM_MARKS if data.startswith("sim_") else []))
+            for data in _options("data")
+        ]
     return pairs
+
+
+@cache
+def _recorded(task: str) -> Path:
+    """Scripted demonstrations recorded once per test process (a tmp folder of its own)."""
+    from tempfile import mkdtemp
+
+    from polymimic_sim import record
+
+    dest = Path(mkdtemp(prefix="polymimic-matrix-sim-")) / task.replace("/", "_")
+    record(task, dest, episodes=2, progress=False)
+    return dest
 
 
 def _data_overrides(tmp: Path, data: str) -> list[str]:
     if data.startswith("synthetic"):
         size = ["episodes=3", "frames=20", "height=48", "width=64"]
         return [f"data.synthetic.{s}" for s in size]
+    if data == "sim_metaworld":  # demonstrations as polymimic-sim records them
+        return [f"data.roots=[{_recorded('metaworld/button-press-v3')}]", "data.image_size=[48,64]"]
     roots = []
     if not data.startswith("lerobot") or "eva" in data:
         roots.append(  # a real data config: episodes on disk
@@ -138,7 +162,9 @@ def test_the_matrix_covers_every_config_a_cpu_can_train() -> None:
     pairs = {tuple(p.values) for p in _pairs()}
     datas = {d for _, d in pairs}
     assert {"synthetic_eva", "synthetic_aria", "synthetic_mecka", "synthetic_scale"} <= datas
-    assert {"synthetic_cotrain", "episodes", "lerobot", "lerobot_cotrain_eva"} <= datas
+    assert {"synthetic_cotrain", "episodes", "lerobot", "lerobot_cotrain_eva", "sim_metaworld"} <= (
+        datas
+    )
     trained = {m for m, _ in pairs}
     assert {"hpt_small", "hpt_eva", "hpt_human", "hpt_cotrain_shared_heads"} <= trained
     assert {"pi_tiny", "rdt_small"} <= trained
