@@ -5,6 +5,7 @@
 Prints one JSON line per figure (DESIGN.md):
 - the expert's own success rate over `--episodes` seeds and the recording throughput
   (frames written per second, JPEG encoding included);
+- a frame's rendering time with MuJoCo's defaults against shadows and multisampling off;
 - the bare task's step rate (the expert acting, one camera rendered) against a closed-loop
   rollout's (an untrained small HPT through the `chunk` executor, inference included), in
   the same run: the evaluation's overhead as a ratio.
@@ -24,6 +25,22 @@ from polymimic_serve import LocalPolicy, load_policy, write_untrained_export
 from polymimic_sim import evaluate, make_task, record
 
 emit = figure_printer("sim")
+
+
+def render_ms(task_name: str, size: tuple[int, int], cheap: bool, frames: int = 50) -> float:
+    """Milliseconds per observation (one camera rendered), MuJoCo's defaults or cheap."""
+    from polymimic_sim.metaworld_tasks import MetaWorldTask
+
+    task = MetaWorldTask(task_name.removeprefix("metaworld/"), image_size=size,
+                         cheap_rendering=cheap)  # fmt: skip
+    try:
+        task.reset(0)
+        start = time.perf_counter()
+        for _ in range(frames):
+            task._observation()
+        return (time.perf_counter() - start) / frames * 1e3
+    finally:
+        task.close()
 
 
 def bare_steps_per_s(task_name: str, size: tuple[int, int], steps: int) -> float:
@@ -54,6 +71,10 @@ def main() -> None:
         emit("expert_success_rate", report.success_rate, "ratio", task=args.task,
              episodes=args.episodes)  # fmt: skip
         emit("record_frames_per_s", frames / seconds, "1/s", task=args.task, image_size=size)
+        default, cheap = (render_ms(args.task, size, c) for c in (False, True))
+        emit("render_ms_default", default, "ms", task=args.task, image_size=size)
+        emit("render_ms_cheap", cheap, "ms", task=args.task, shadows=False, multisampling=False)
+        emit("render_default_over_cheap", default / cheap, "ratio", task=args.task)
         bare = bare_steps_per_s(args.task, size, args.steps)
         emit("bare_steps_per_s", bare, "1/s", task=args.task)
         task = make_task(args.task, image_size=size)

@@ -93,4 +93,5 @@ def test_sim_benchmark_prints_its_ratio() -> None:
     figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
     assert figures["expert_success_rate"]["value"] == 1.0
     assert figures["record_frames_per_s"]["value"] > 0
+    assert figures["render_default_over_cheap"]["value"] > 0
     assert figures["rollout_over_bare_step_rate"]["value"] > 0

@@ -59,6 +59,7 @@ class MetaWorldTask:
         *,
         image_size: Sequence[int] = (96, 128),
         cameras: Sequence[str] | None = None,
+        cheap_rendering: bool = True,
     ) -> None:
         metaworld = _metaworld()
         import mujoco
@@ -74,7 +75,8 @@ class MetaWorldTask:
         # reset from a generator of its own, whatever the seed. Here a seed is the episode.
         self.sim = metaworld.env_dict.ALL_V3_ENVIRONMENTS[task]()
         self._task_type = metaworld.types.Task
-        make_rendering_cheap(self.sim.model)
+        if cheap_rendering:  # off only to measure what it saves (benchmarks/sim.py)
+            make_rendering_cheap(self.sim.model)
         known = [self.sim.model.camera(i).name for i in range(self.sim.model.ncam)]
         self.cameras = list(cameras or DEFAULT_CAMERAS)
         unknown = [c for c in self.cameras if c not in known]
