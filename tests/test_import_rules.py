@@ -26,6 +26,8 @@ THIRD_PARTY = {
     "gymnasium",
     "metaworld",
     "mujoco",
+    "gym_aloha",
+    "dm_control",
     "msgpack",
     "websockets",
     "tensorboard",
@@ -84,18 +86,23 @@ ALLOWED: dict[str, set[str]] = {
         "polymimic_data",
         "polymimic_policies",
     },
-    # metaworld, mujoco: the `metaworld` extra, imported inside its task module only;
-    # torchvision: loaded before MuJoCo's first GL context (a Mesa EGL crash otherwise).
+    # metaworld, mujoco: the `metaworld` extra; gym_aloha, dm_control: the `aloha` extra;
+    # each imported inside its task module only. torchvision: loaded before MuJoCo's first
+    # GL context (a Mesa EGL crash otherwise). polymimic_eval: the rollouts' videos.
     "sim": {
         "numpy",
+        "torch",
         "gymnasium",
         "simplejpeg",
         "tqdm",
         "torchvision",
         "metaworld",
         "mujoco",
+        "gym_aloha",
+        "dm_control",
         "polymimic_data",
         "polymimic_serve",
+        "polymimic_eval",
     },
     # tensorboard, PIL: clips and plots written to TensorBoard.
     "train": {

@@ -121,23 +121,34 @@ def _pairs() -> list:
 
 
 @cache
-def _recorded(task: str) -> Path:
-    """Scripted demonstrations recorded once per test process (a tmp folder of its own)."""
+def _recorded(task: str, size: tuple[int, int] = (48, 64)) -> Path:
+    """Scripted demonstrations recorded once per test process, removed when it exits."""
+    import atexit
+    import shutil
     from tempfile import mkdtemp
 
     from polymimic_sim import record
 
-    dest = Path(mkdtemp(prefix="polymimic-matrix-sim-")) / task.replace("/", "_")
-    record(task, dest, episodes=2, progress=False)
+    root = Path(mkdtemp(prefix="polymimic-matrix-sim-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    dest = root / task.replace("/", "_")
+    record(task, dest, episodes=2, image_size=size, progress=False)
     return dest
+
+
+SIM_DATA = {  # data config -> the task its demonstrations come from (mt10: one of its tasks)
+    "sim_metaworld": "metaworld/button-press-v3",
+    "sim_metaworld_mt10": "metaworld/button-press-v3",
+    "sim_aloha_transfer_cube": "aloha/transfer_cube",
+}
 
 
 def _data_overrides(tmp: Path, data: str) -> list[str]:
     if data.startswith("synthetic"):
         size = ["episodes=3", "frames=20", "height=48", "width=64"]
         return [f"data.synthetic.{s}" for s in size]
-    if data == "sim_metaworld":  # demonstrations as polymimic-sim records them
-        return [f"data.roots=[{_recorded('metaworld/button-press-v3')}]", "data.image_size=[48,64]"]
+    if data in SIM_DATA:  # demonstrations as polymimic-sim records them
+        return [f"data.roots=[{_recorded(SIM_DATA[data])}]", "data.image_size=[48,64]"]
     roots = []
     if not data.startswith("lerobot") or "eva" in data:
         roots.append(  # a real data config: episodes on disk
@@ -162,9 +173,8 @@ def test_the_matrix_covers_every_config_a_cpu_can_train() -> None:
     pairs = {tuple(p.values) for p in _pairs()}
     datas = {d for _, d in pairs}
     assert {"synthetic_eva", "synthetic_aria", "synthetic_mecka", "synthetic_scale"} <= datas
-    assert {"synthetic_cotrain", "episodes", "lerobot", "lerobot_cotrain_eva", "sim_metaworld"} <= (
-        datas
-    )
+    assert {"synthetic_cotrain", "episodes", "lerobot", "lerobot_cotrain_eva"} <= datas
+    assert set(SIM_DATA) <= datas
     trained = {m for m, _ in pairs}
     assert {"hpt_small", "hpt_eva", "hpt_human", "hpt_cotrain_shared_heads"} <= trained
     assert {"pi_tiny", "rdt_small"} <= trained

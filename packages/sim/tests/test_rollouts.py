@@ -110,6 +110,6 @@ class Zeros:
 def test_a_simulator_that_gives_up_is_a_failure_not_a_crash() -> None:
     from polymimic_serve import make_executor
 
-    outcome = rollout(GivingUp(), make_executor("chunk", Zeros()), seed=0)  # type: ignore[arg-type]
+    outcome, _ = rollout(GivingUp(), make_executor("chunk", Zeros()), seed=0)  # type: ignore[arg-type]
     assert (outcome.success, outcome.steps, outcome.total_return) == (False, 3, 1.0)
     assert outcome.error == "RuntimeError: unstable accelerations"

@@ -26,12 +26,27 @@ class PolicyRunner:
         self.policy = policy
         self.generator = torch.Generator().manual_seed(seed)
 
-    def run(self, requests: Sequence[Request]) -> tuple[list[np.ndarray], float]:
-        """One chunk (T, A) float32 per request, and the milliseconds the batch took."""
+    def run(
+        self,
+        requests: Sequence[Request],
+        generators: Sequence[torch.Generator] | None = None,
+    ) -> tuple[list[np.ndarray], float]:
+        """One chunk (T, A) float32 per request, and the milliseconds the batch took.
+
+        `generators`: one per request, to draw its noise from instead of the runner's own
+        (a caller that wants each stream's chunks independent of how requests are batched).
+        """
         start = time.perf_counter()
         batch, continuations = stack(list(requests))
-        shape = (len(requests), self.policy.horizon, self.policy.layout.dim)
-        noise = torch.randn(shape, generator=self.generator)
+        shape = (self.policy.horizon, self.policy.layout.dim)
+        if generators is None:
+            noise = torch.randn((len(requests), *shape), generator=self.generator)
+        elif len(generators) != len(requests):
+            raise ValueError(
+                f"generators: one per request ({len(requests)}), got {len(generators)}"
+            )
+        else:
+            noise = torch.stack([torch.randn(shape, generator=g) for g in generators])
         out = self.policy.predict_batch(batch, noise=noise, continuations=continuations)
         return list(out["actions"]), (time.perf_counter() - start) * 1e3
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from polymimic_sim import __version__
+from polymimic_sim.tasks import MissingExtraError, UnknownTaskError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,7 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"polymimic-sim {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     rec = commands.add_parser("record", help="record scripted demonstrations as episodes")
-    rec.add_argument("task", help="e.g. metaworld/reach-v3")
+    rec.add_argument("task", help="e.g. aloha/transfer_cube or metaworld/reach-v3")
     rec.add_argument("dest", type=Path, help="folder of episodes (created; resumable)")
     rec.add_argument("--episodes", type=int, default=50)
     rec.add_argument("--seed", type=int, default=0, help="the first episode's seed")
@@ -25,13 +26,15 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--cameras", help="comma-separated camera names (default: the task's)")
     ev = commands.add_parser("evaluate", help="closed-loop rollouts of a trained policy")
     ev.add_argument("checkpoint", help="a checkpoint of `train` or an export")
-    ev.add_argument("task", help="e.g. metaworld/reach-v3")
+    ev.add_argument("task", help="e.g. aloha/transfer_cube, metaworld/reach-v3, metaworld/mt10")
     ev.add_argument("--episodes", type=int, default=50)
     ev.add_argument("--seed", type=int, default=1000, help="the first seed (keep demos' apart)")
     ev.add_argument("--executor", default="chunk", help="chunk, temporal_ensemble or rtc")
     ev.add_argument("--n-action-steps", type=int, help="steps run per chunk (chunk, rtc)")
     ev.add_argument("--delay", type=int, default=0, help="simulated inference delay, ticks")
-    ev.add_argument("--out", type=Path, help="write summary.json here")
+    ev.add_argument("--workers", type=int, default=2, help="simulator processes (batched policy)")
+    ev.add_argument("--out", type=Path, help="write summary.json (and videos/) here")
+    ev.add_argument("--videos", type=int, default=3, help="mp4s of the first N episodes (--out)")
     ev.add_argument(
         "--via-server", action="store_true", help="drive the policy through its websocket server"
     )
@@ -57,6 +60,9 @@ def _record(args: argparse.Namespace) -> int:
         f"{len(report.succeeded)} episodes ({report.success_rate:.0%}); wrote "
         f"{len(report.written)}, kept {len(report.kept)} already there, under {args.dest}"
     )
+    per_task = report.per_task()
+    if len(per_task) > 1:
+        print("  " + ", ".join(f"{name}: {rate:.0%}" for name, rate in per_task.items()))
     return 0
 
 
@@ -74,27 +80,36 @@ def _evaluate(args: argparse.Namespace) -> int:
         executor=args.executor,
         executor_options=options,
         via_server=args.via_server,
+        workers=args.workers,
         out=args.out,
+        videos=args.videos,
     )
     print(describe(summary))
     print(json.dumps({k: v for k, v in summary.items() if k != "outcomes"}))
     return 0
 
 
+def _tasks() -> int:
+    from polymimic_sim.tasks import aloha_tasks, metaworld_tasks
+
+    for family, names in (("aloha", aloha_tasks), ("metaworld", metaworld_tasks)):
+        try:
+            print("\n".join(names()))
+        except MissingExtraError:
+            print(f"{family}/...: install polymimic-sim[{family}] to list these", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line entry point."""
     args = _parser().parse_args(argv)
-    from polymimic_sim.tasks import MissingExtraError, UnknownTaskError
 
     try:
         if args.command == "record":
             return _record(args)
         if args.command == "evaluate":
             return _evaluate(args)
-        from polymimic_sim.tasks import metaworld_tasks
-
-        print("\n".join(metaworld_tasks()))
-        return 0
+        return _tasks()
     except (UnknownTaskError, MissingExtraError, ValueError, FileNotFoundError) as exc:
         print(f"polymimic-sim: {exc}", file=sys.stderr)
         return 2

@@ -44,6 +44,11 @@ def task_names() -> list[str]:
     return sorted(_metaworld().policies.ENV_POLICY_MAP)
 
 
+def benchmark_tasks(benchmark: str) -> list[str]:
+    """The tasks of one of MetaWorld's multi-task benchmarks (e.g. MT10_V3), in its order."""
+    return list(getattr(_metaworld().env_dict, benchmark))
+
+
 def _prompt(task: str) -> str:
     return task.removesuffix("-v3").replace("-", " ")
 

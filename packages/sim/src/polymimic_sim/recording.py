@@ -21,17 +21,17 @@ from tqdm import tqdm
 
 from polymimic_data.embodiments import DECLARATION, check_declaration
 from polymimic_data.store import EpisodeWriter
-from polymimic_sim.tasks import SimTask, make_task
+from polymimic_sim.tasks import SimTask, make_task, suite_tasks
 
 LINGER = 10  # frames recorded after success: the policy learns to hold, not to leave
 
 
 @dataclass
 class RecordReport:
-    """What `record` did: per seed, whether the expert succeeded; what was written."""
+    """What `record` did: per task and seed, whether the expert succeeded; what was written."""
 
     task: str
-    succeeded: dict[int, bool] = field(default_factory=dict)
+    succeeded: dict[tuple[str, int], bool] = field(default_factory=dict)  # (task, seed)
     written: list[Path] = field(default_factory=list)
     kept: list[Path] = field(default_factory=list)  # already there from an earlier run
 
@@ -40,6 +40,13 @@ class RecordReport:
         """The expert's share of successful episodes (kept ones count as successes)."""
         outcomes = list(self.succeeded.values())
         return sum(outcomes) / len(outcomes) if outcomes else 0.0
+
+    def per_task(self) -> dict[str, float]:
+        """The expert's success rate per task (one entry unless a suite was recorded)."""
+        tasks: dict[str, list[bool]] = {}
+        for (name, _), ok in self.succeeded.items():
+            tasks.setdefault(name, []).append(ok)
+        return {name: sum(oks) / len(oks) for name, oks in tasks.items()}
 
 
 def _episode_path(dest: Path, task: SimTask, seed: int) -> Path:
@@ -94,24 +101,28 @@ def record(
     cameras: Sequence[str] | None = None,
     progress: bool = True,
 ) -> RecordReport:
-    """Record `episodes` scripted demonstrations of `task_name` under `dest`."""
+    """Record `episodes` scripted demonstrations of `task_name` under `dest`.
+
+    A suite (`metaworld/mt10`) records `episodes` of each of its tasks, from the same seeds.
+    """
     if episodes < 1:
         raise ValueError(f"episodes: a positive number, got {episodes}")
     dest = Path(dest)
-    task = make_task(task_name, image_size=image_size, cameras=cameras)
-    report = RecordReport(task.name)
-    try:
-        for index in tqdm(range(episodes), desc=f"record {task.name}", disable=not progress):
-            episode_seed = seed + index
-            path = _episode_path(dest, task, episode_seed)
-            if path.exists():
-                report.succeeded[episode_seed] = True
-                report.kept.append(path)
-                continue
-            succeeded = record_episode(task, episode_seed, path)
-            report.succeeded[episode_seed] = succeeded
-            if succeeded:
-                report.written.append(path)
-    finally:
-        task.close()
+    report = RecordReport(task_name)
+    for name in suite_tasks(task_name):
+        task = make_task(name, image_size=image_size, cameras=cameras)
+        try:
+            for index in tqdm(range(episodes), desc=f"record {task.name}", disable=not progress):
+                episode_seed = seed + index
+                path = _episode_path(dest, task, episode_seed)
+                if path.exists():
+                    report.succeeded[(name, episode_seed)] = True
+                    report.kept.append(path)
+                    continue
+                succeeded = record_episode(task, episode_seed, path)
+                report.succeeded[(name, episode_seed)] = succeeded
+                if succeeded:
+                    report.written.append(path)
+        finally:
+            task.close()
     return report

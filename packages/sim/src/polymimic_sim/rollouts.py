@@ -16,15 +16,20 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from tqdm import tqdm
 
 from polymimic_serve import make_executor
 from polymimic_serve.executors import ChunkExecutor, ChunkPolicy
-from polymimic_sim.tasks import SimTask
+from polymimic_sim.tasks import SimTask, Step
+
+if TYPE_CHECKING:
+    from polymimic_serve.trained_policy import TrainedPolicy
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+SUCCESS_COLOUR, FAILURE_COLOUR, BORDER = (0, 200, 0), (220, 0, 0), 3  # the videos' frames
 
 
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
@@ -51,38 +56,90 @@ class Outcome:
     error: str | None = None  # what the simulator raised, when it gave up
 
 
+class EpisodeTally:
+    """One episode as it runs: ticks, return and (for a video) frames; then its Outcome."""
+
+    def __init__(self, seed: int, limit: int, frames: bool = False) -> None:
+        self.seed, self.limit, self.ticks, self.total = seed, limit, 0, 0.0
+        self.frames: list[np.ndarray] | None = [] if frames else None
+
+    def observe(self, observation: Mapping[str, Any]) -> None:
+        """Keep the frame of this tick (every camera, side by side) when a video is due."""
+        if self.frames is not None:
+            images = observation["images"]
+            self.frames.append(np.concatenate([images[c] for c in sorted(images)], axis=1))
+
+    def add(self, step: Step) -> Outcome | None:
+        """Count one step; the Outcome once the episode is over, else None."""
+        self.ticks += 1
+        self.total += step.reward
+        if step.success or step.done or self.ticks >= self.limit:
+            return Outcome(self.seed, step.success, self.ticks, self.total)
+        return None
+
+    def crashed(self, error: str) -> Outcome:
+        """The simulator gave up during this tick's step: a failure."""
+        self.ticks += 1
+        return Outcome(self.seed, False, self.ticks, self.total, error)
+
+
 def rollout(
-    task: SimTask, executor: ChunkExecutor, seed: int, max_steps: int | None = None
-) -> Outcome:
-    """One episode of `executor` in `task` from `seed`."""
+    task: SimTask,
+    executor: ChunkExecutor,
+    seed: int,
+    max_steps: int | None = None,
+    *,
+    frames: bool = False,
+) -> tuple[Outcome, EpisodeTally]:
+    """One episode of `executor` in `task` from `seed`: its outcome, and its tally (frames)."""
     observation = task.reset(seed)
     executor.reset()
-    total, limit = 0.0, max_steps or task.max_steps
-    for tick in range(limit):
+    tally = EpisodeTally(seed, max_steps or task.max_steps, frames)
+    while True:
+        tally.observe(observation)
         action = executor.act(observation)
         try:
             step = task.step(action)
         except ValueError:
             raise  # a malformed action is a bug to see, not an outcome
         except Exception as exc:  # the simulator gave up (e.g. unstable physics)
-            return Outcome(seed, False, tick + 1, total, f"{type(exc).__name__}: {exc}")
-        total += step.reward
-        if step.success:
-            return Outcome(seed, True, tick + 1, total)
-        if step.done:
-            return Outcome(seed, False, tick + 1, total)
+            return tally.crashed(f"{type(exc).__name__}: {exc}"), tally
+        outcome = tally.add(step)
+        if outcome is not None:
+            return outcome, tally
         observation = step.observation
-    return Outcome(seed, False, limit, total)
 
 
-def summarise(task: SimTask, executor: str, outcomes: list[Outcome], seconds: float) -> dict:
+def write_episode_video(
+    folder: Path, outcome: Outcome, frames: list[np.ndarray], fps: float
+) -> Path:
+    """`folder/seed<N>-success.mp4` (or -failure): the frames, framed green or red."""
+    from polymimic_eval import write_video
+
+    colour = np.array(SUCCESS_COLOUR if outcome.success else FAILURE_COLOUR, np.uint8)
+    framed = []
+    for frame in frames:
+        out = frame.copy()
+        out[:BORDER], out[-BORDER:], out[:, :BORDER], out[:, -BORDER:] = (
+            colour,
+            colour,
+            colour,
+            colour,
+        )
+        framed.append(out)
+    name = f"seed{outcome.seed:06d}-{'success' if outcome.success else 'failure'}.mp4"
+    return write_video(folder / name, framed, fps)
+
+
+def summarise(task_name: str, executor: str, outcomes: list[Outcome], seconds: float) -> dict:
     """The plain-data summary of a set of rollouts (see the module docstring)."""
+    outcomes = sorted(outcomes, key=lambda o: o.seed)
     successes = sum(o.success for o in outcomes)
     low, high = wilson_interval(successes, len(outcomes))
     to_success = [o.steps for o in outcomes if o.success]
     steps = sum(o.steps for o in outcomes)
     return {
-        "task": task.name,
+        "task": task_name,
         "executor": executor,
         "episodes": len(outcomes),
         "successes": successes,
@@ -90,9 +147,18 @@ def summarise(task: SimTask, executor: str, outcomes: list[Outcome], seconds: fl
         "success_rate_wilson95": [low, high],
         "mean_return": sum(o.total_return for o in outcomes) / len(outcomes),
         "mean_steps_to_success": sum(to_success) / len(to_success) if to_success else None,
+        "env_steps": steps,
+        "seconds": seconds,
         "env_steps_per_s": steps / seconds if seconds > 0 else None,
         "outcomes": [asdict(o) for o in outcomes],
     }
+
+
+def seeds_of(episodes: int, seed: int) -> list[int]:
+    """The episodes' seeds: seed, seed+1, ..."""
+    if episodes < 1:
+        raise ValueError(f"episodes: a positive number, got {episodes}")
+    return [seed + i for i in range(episodes)]
 
 
 def evaluate(
@@ -104,16 +170,25 @@ def evaluate(
     executor: str = "chunk",
     executor_options: Mapping[str, Any] | None = None,
     max_steps: int | None = None,
+    video_dir: Path | None = None,
+    videos: int = 3,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Closed-loop episodes from seeds seed..seed+episodes-1; the summary (see summarise)."""
-    if episodes < 1:
-        raise ValueError(f"episodes: a positive number, got {episodes}")
+    """Closed-loop episodes from seeds seed..seed+episodes-1, one after another, in `task`.
+
+    The summary (see summarise); with `video_dir`, mp4s of the first `videos` episodes.
+    """
+    seeds = seeds_of(episodes, seed)
     runner = make_executor(executor, policy, **dict(executor_options or {}))
-    start, outcomes = time.perf_counter(), []
+    start, outcomes, written = time.perf_counter(), [], []
     for index in tqdm(range(episodes), desc=f"rollouts {task.name}", disable=not progress):
-        outcomes.append(rollout(task, runner, seed + index, max_steps))
-    return summarise(task, executor, outcomes, time.perf_counter() - start)
+        filmed = video_dir is not None and index < videos
+        outcome, tally = rollout(task, runner, seeds[index], max_steps, frames=filmed)
+        outcomes.append(outcome)
+        if filmed and tally.frames and video_dir is not None:
+            written.append(write_episode_video(video_dir, outcome, tally.frames, task.fps))
+    summary = summarise(task.name, executor, outcomes, time.perf_counter() - start)
+    return summary | {"workers": 1, "videos": [str(p) for p in written]}
 
 
 def evaluate_checkpoint(
@@ -124,35 +199,47 @@ def evaluate_checkpoint(
     seed: int = 1000,
     executor: str = "chunk",
     executor_options: Mapping[str, Any] | None = None,
+    workers: int = 2,
     via_server: bool = False,
     out: str | Path | None = None,
+    videos: int = 3,
+    max_steps: int | None = None,
     device: str = "cpu",
     progress: bool = True,
 ) -> dict[str, Any]:
     """Rollouts of a checkpoint or export in `task_name`; `out/summary.json` if `out`.
 
-    The task renders the policy's cameras at its image size. With `via_server`, the policy
-    is served on loopback and driven through `PolicyClient`: the robot's path, wire and all.
+    The task renders the policy's cameras at its image size. With `workers` > 1 the
+    episodes run in that many simulator processes, the policy batched across them
+    (polymimic_sim.parallel). With `via_server`, the policy is served on loopback and
+    driven through `PolicyClient`: the robot's path, wire and all. With `out`, mp4s of the
+    first `videos` episodes go to `out/videos/`.
     """
     from polymimic_data.store import write_json_atomic
-    from polymimic_serve import LocalPolicy, PolicyClient, PolicyServer, RunningServer, load_policy
-    from polymimic_sim.tasks import make_task
+    from polymimic_serve import load_policy
+    from polymimic_sim.tasks import suite_tasks
 
+    if workers < 1:
+        raise ValueError(f"workers: a positive number of simulator processes, got {workers}")
+    names = suite_tasks(task_name)  # an unknown suite or a missing extra fails before loading
     trained = load_policy(checkpoint, device=device)
-    task = make_task(task_name, image_size=trained.image_size, cameras=trained.cameras)
-    options = {"episodes": episodes, "seed": seed, "executor": executor,
-               "executor_options": executor_options, "progress": progress}  # fmt: skip
-    try:
-        if via_server:
-            with (
-                RunningServer(PolicyServer(trained, port=0, seed=seed)) as running,
-                PolicyClient(running.url) as client,
-            ):
-                summary = evaluate(client, task, **options)
-        else:
-            summary = evaluate(LocalPolicy(trained, seed=seed), task, **options)
-    finally:
-        task.close()
+    options = {"episodes": episodes, "seed": seed, "executor": executor, "videos": videos,
+               "executor_options": executor_options, "progress": progress,
+               "workers": workers, "via_server": via_server, "max_steps": max_steps}  # fmt: skip
+    videos_root = Path(out) / "videos" if out is not None else None
+    if names == [task_name]:
+        summary = _evaluate_trained(trained, task_name, video_dir=videos_root, **options)
+    else:
+        parts = {
+            name: _evaluate_trained(
+                trained,
+                name,
+                video_dir=videos_root / name.replace("/", "_") if videos_root else None,
+                **options,
+            )
+            for name in names
+        }
+        summary = combine(task_name, parts)
     summary |= {
         "checkpoint": str(Path(checkpoint).resolve()),
         "weights_step": trained.step,
@@ -162,6 +249,63 @@ def evaluate_checkpoint(
     if out is not None:
         write_json_atomic(Path(out) / "summary.json", summary)
     return summary
+
+
+def _evaluate_trained(
+    trained: TrainedPolicy,
+    task_name: str,
+    *,
+    workers: int,
+    via_server: bool,
+    seed: int,
+    **options: Any,
+) -> dict[str, Any]:
+    """One task's rollouts of a loaded policy: in process, or in `workers` processes."""
+    from polymimic_serve import LocalPolicy, PolicyClient, PolicyServer, RunningServer
+    from polymimic_sim.parallel import evaluate_parallel
+    from polymimic_sim.tasks import make_task
+
+    if workers > 1:
+        return evaluate_parallel(
+            trained, task_name, workers=workers, via_server=via_server, seed=seed, **options
+        )
+    task = make_task(task_name, image_size=trained.image_size, cameras=trained.cameras)
+    try:
+        if via_server:
+            with (
+                RunningServer(PolicyServer(trained, port=0, seed=seed)) as running,
+                PolicyClient(running.url) as client,
+            ):
+                return evaluate(client, task, seed=seed, **options)
+        return evaluate(LocalPolicy(trained, seed=seed), task, seed=seed, **options)
+    finally:
+        task.close()
+
+
+def combine(suite: str, parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """One summary of a suite's tasks: pooled counts, the mean rate over tasks, and each task's."""
+    episodes = sum(p["episodes"] for p in parts.values())
+    successes = sum(p["successes"] for p in parts.values())
+    low, high = wilson_interval(successes, episodes)
+    seconds = sum(p["seconds"] for p in parts.values())
+    steps = sum(p["env_steps"] for p in parts.values())
+    first = next(iter(parts.values()))
+    return {
+        "task": suite,
+        "executor": first["executor"],
+        "workers": first["workers"],
+        "episodes": episodes,
+        "successes": successes,
+        "success_rate": sum(p["success_rate"] for p in parts.values()) / len(parts),
+        "success_rate_wilson95": [low, high],  # of the pooled episodes
+        "mean_return": sum(p["mean_return"] for p in parts.values()) / len(parts),
+        "success_rate_per_task": {name: p["success_rate"] for name, p in parts.items()},
+        "env_steps": steps,
+        "seconds": seconds,
+        "env_steps_per_s": steps / seconds if seconds > 0 else None,
+        "videos": [v for p in parts.values() for v in p["videos"]],
+        "tasks": {name: dict(p) for name, p in parts.items()},
+    }
 
 
 def describe(summary: Mapping[str, Any]) -> str:

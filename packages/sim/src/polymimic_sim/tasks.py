@@ -3,7 +3,10 @@
 A task gives observations in the form polymimic-serve takes (`state` (S,), `images`
 {camera: uint8 HWC}, `prompt`), takes absolute actions in the units its episodes record,
 says when it has succeeded, and has a scripted expert for demonstrations. Names:
-`metaworld/<task>` (e.g. `metaworld/reach-v3`; the `metaworld` extra).
+`metaworld/<task>` (e.g. `metaworld/reach-v3`; the `metaworld` extra) and
+`aloha/transfer_cube`, `aloha/insertion` (the `aloha` extra). A suite names several tasks at
+once (`metaworld/mt10`, `metaworld/mt50`: MetaWorld's multi-task benchmarks); `suite_tasks`
+expands it, and `record` and the rollouts take either.
 """
 
 from __future__ import annotations
@@ -71,6 +74,25 @@ def metaworld_tasks() -> list[str]:
     return [f"metaworld/{name}" for name in task_names()]
 
 
+def aloha_tasks() -> list[str]:
+    """The ALOHA task names (their expert needs the `aloha` extra; the names do not)."""
+    from polymimic_sim.aloha_tasks import task_names
+
+    return [f"aloha/{name}" for name in task_names()]
+
+
+SUITES = {"metaworld/mt10": "MT10_V3", "metaworld/mt50": "MT50_V3"}
+
+
+def suite_tasks(name: str) -> list[str]:
+    """The tasks a suite names (MetaWorld's MT10 in its order, ...), or [name] for one task."""
+    if name not in SUITES:
+        return [name]
+    from polymimic_sim.metaworld_tasks import benchmark_tasks
+
+    return [f"metaworld/{task}" for task in benchmark_tasks(SUITES[name])]
+
+
 def make_task(
     name: str,
     *,
@@ -79,13 +101,22 @@ def make_task(
 ) -> SimTask:
     """The task called `name` (e.g. `metaworld/reach-v3`), rendering at `image_size` (H, W)."""
     family, _, task = name.partition("/")
+    if name in SUITES:
+        raise UnknownTaskError(
+            f"task {name!r} is a suite of {len(suite_tasks(name))} tasks: make each of "
+            "suite_tasks(name)"
+        )
     if family == "metaworld" and task:
         from polymimic_sim.metaworld_tasks import MetaWorldTask
 
         return MetaWorldTask(task, image_size=image_size, cameras=cameras)
+    if family == "aloha" and task:
+        from polymimic_sim.aloha_tasks import AlohaTask
+
+        return AlohaTask(task, image_size=image_size, cameras=cameras)
     raise UnknownTaskError(
         f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
-        "(e.g. metaworld/reach-v3)"
+        "(e.g. metaworld/reach-v3) or aloha/<task> (transfer_cube, insertion)"
     )
 
 

@@ -1,0 +1,348 @@
+"""ALOHA's bimanual ViperX tasks (gym-aloha; the `aloha` extra): transfer_cube and insertion.
+
+State is the 14 joint positions gym-aloha reports (per arm six joints, then the gripper
+normalised to 0 closed .. 1 open); actions are the 14 joint targets in the same units, at
+50 Hz. A seed draws the objects exactly as `gym_aloha.AlohaEnv.reset(seed=...)` does, so
+seed N here is seed N there. Success is gym-aloha's: the task's top reward (4), when the
+left gripper holds the cube in the air or the peg touches the socket's pin.
+
+The scripted expert is ACT's recipe (Zhao et al. 2023) in our own code: waypoints for each
+gripper (approach, grasp, lift, hand over or insert, release) run in the end-effector
+(mocap) variant of the task, built from gym-aloha's XML with dm_control; the joint
+positions that episode went through are then the actions replayed in the joint task. Two
+things make that work under MuJoCo 3 (measured by the probe of issue 21):
+
+- the mocap welds track orientation badly from MuJoCo 3.0 on (13 degrees at rest); their
+  torque scale (`eq_data[:, 10] = 10`) restores MuJoCo 2.3's behaviour, without which a
+  script closes on the cube's edge (5 of 20 succeed instead of 20 of 20);
+- the end-effector task draws its objects unseeded; here it draws them from the seed, so
+  the replay meets the objects the script saw.
+
+Frames come from one MuJoCo renderer per camera, at the size asked for, with no shadows and
+no multisampling (gym-aloha renders three 480x640 cameras every step, about 30x the cost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from polymimic_sim.rendering import ensure_headless_rendering, make_rendering_cheap
+from polymimic_sim.tasks import MissingExtraError, Step, UnknownTaskError, observation_of
+
+EMBODIMENT = "sim/aloha"
+DEFAULT_CAMERAS = ("top",)
+MAX_STEPS = 400  # the scripts' length (gym-aloha registers 300, too short for them)
+WELD_TORQUE_SCALE = 10.0
+PROMPTS = {
+    "transfer_cube": "pick up the cube with the right arm and hand it to the left arm",
+    "insertion": "pick up the peg and the socket and insert the peg into the socket",
+}
+_ARM = ["waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate"]
+CHANNELS = [f"{side}_{j}" for side in ("left", "right") for j in [*_ARM, "gripper"]]
+
+
+def _gym_aloha() -> Any:
+    ensure_headless_rendering()
+    try:
+        import dm_control.mujoco
+        import dm_control.rl.control  # noqa: F401
+        import gym_aloha.constants
+        import gym_aloha.tasks.sim
+        import gym_aloha.tasks.sim_end_effector
+        import gym_aloha.utils
+    except ModuleNotFoundError as exc:
+        raise MissingExtraError(
+            f"aloha tasks need the aloha extra ({exc.name} is missing): "
+            "install polymimic-sim[aloha]"
+        ) from exc
+    return gym_aloha
+
+
+def task_names() -> list[str]:
+    """The ALOHA tasks with a scripted expert."""
+    return sorted(PROMPTS)
+
+
+# -- the scripted expert: waypoints of each gripper in the end-effector task ------------------
+
+
+@dataclass(frozen=True)
+class Waypoint:
+    """Where one gripper is at tick `t`: position (m), orientation (w, x, y, z), opening."""
+
+    t: int
+    xyz: np.ndarray
+    quat: np.ndarray
+    gripper: float  # normalised: 0 closed, 1 open
+
+
+def _about_y(quat: np.ndarray, degrees: float) -> np.ndarray:
+    """`quat` turned by `degrees` about its own y axis (the Hamilton product quat * r)."""
+    half = np.deg2rad(degrees) / 2
+    w1, x1, y1, z1 = quat
+    w2, y2 = np.cos(half), np.sin(half)
+    return np.array([w1 * w2 - y1 * y2, x1 * w2 - z1 * y2, w1 * y2 + y1 * w2, z1 * w2 + x1 * y2])
+
+
+def _off(base: np.ndarray, dx: float, dy: float, dz: float) -> np.ndarray:
+    """`base` moved by (dx, dy, dz) metres."""
+    return base + np.array([dx, dy, dz])
+
+
+def interpolate(waypoints: Sequence[Waypoint], steps: int) -> np.ndarray:
+    """(steps, 8) mocap commands (position, unit quaternion, gripper), linear in between."""
+    times = np.array([w.t for w in waypoints], dtype=np.float64)
+    values = np.stack([np.concatenate([w.xyz, w.quat, [w.gripper]]) for w in waypoints])
+    ticks = np.arange(steps, dtype=np.float64)
+    out = np.stack([np.interp(ticks, times, values[:, k]) for k in range(8)], axis=1)
+    out[:, 3:7] /= np.linalg.norm(out[:, 3:7], axis=1, keepdims=True)
+    return out
+
+
+def _transfer_cube_script(
+    left: np.ndarray, right: np.ndarray, objects: np.ndarray
+) -> tuple[list[Waypoint], list[Waypoint]]:
+    """The right gripper picks the cube, meets the left in the middle, which takes it."""
+    cube = objects[:3]
+    meet = np.array([0.0, 0.5, 0.25])
+    pick = _about_y(right[3:], -60)  # the right gripper tilted down onto the cube
+    take = np.array([np.cos(np.pi / 4), np.sin(np.pi / 4), 0, 0])  # 90 degrees about x
+    level = np.array([1.0, 0, 0, 0])
+    wp = Waypoint
+    left_path = [
+        wp(0, left[:3], left[3:], 0),
+        wp(100, _off(meet, -0.1, 0, -0.02), take, 1),  # to the meeting point, open
+        wp(260, _off(meet, 0.02, 0, -0.02), take, 1),  # around the cube
+        wp(310, _off(meet, 0.02, 0, -0.02), take, 0),  # close on it
+        wp(360, _off(meet, -0.1, 0, -0.02), level, 0),  # draw it away
+        wp(MAX_STEPS, _off(meet, -0.1, 0, -0.02), level, 0),
+    ]
+    right_path = [
+        wp(0, right[:3], right[3:], 0),
+        wp(90, _off(cube, 0, 0, 0.08), pick, 1),  # above the cube, open
+        wp(130, _off(cube, 0, 0, -0.015), pick, 1),  # down around it
+        wp(170, _off(cube, 0, 0, -0.015), pick, 0),  # close
+        wp(200, _off(meet, 0.05, 0, 0), pick, 0),  # lift it towards the meeting point
+        wp(220, meet, pick, 0),
+        wp(310, meet, pick, 1),  # let go once the left gripper holds it
+        wp(360, _off(meet, 0.1, 0, 0), pick, 1),  # and move away
+        wp(MAX_STEPS, _off(meet, 0.1, 0, 0), pick, 1),
+    ]
+    return left_path, right_path
+
+
+def _insertion_script(
+    left: np.ndarray, right: np.ndarray, objects: np.ndarray
+) -> tuple[list[Waypoint], list[Waypoint]]:
+    """The left gripper picks the socket, the right the peg; they meet, the peg goes in."""
+    peg, socket = objects[:3], objects[7:10]
+    meet = np.array([0.0, 0.5, 0.15])
+    lift = 0.00715  # the peg held a little higher than the socket's opening
+    # both tilted down, mirror images (from the right gripper's start: the two start level)
+    left_quat, right_quat = _about_y(right[3:], 60), _about_y(right[3:], -60)
+    wp = Waypoint
+    left_path = [
+        wp(0, left[:3], left[3:], 0),
+        wp(120, _off(socket, 0, 0, 0.08), left_quat, 1),  # above the socket, open
+        wp(170, _off(socket, 0, 0, -0.03), left_quat, 1),  # down around it
+        wp(220, _off(socket, 0, 0, -0.03), left_quat, 0),  # close
+        wp(285, _off(meet, -0.1, 0, 0), left_quat, 0),  # carry it to the middle
+        wp(340, _off(meet, -0.05, 0, 0), left_quat, 0),  # and towards the peg
+        wp(MAX_STEPS, _off(meet, -0.05, 0, 0), left_quat, 0),
+    ]
+    right_path = [
+        wp(0, right[:3], right[3:], 0),
+        wp(120, _off(peg, 0, 0, 0.08), right_quat, 1),
+        wp(170, _off(peg, 0, 0, -0.03), right_quat, 1),
+        wp(220, _off(peg, 0, 0, -0.03), right_quat, 0),
+        wp(285, _off(meet, 0.1, 0, lift), right_quat, 0),
+        wp(340, _off(meet, 0.05, 0, lift), right_quat, 0),  # into the socket
+        wp(MAX_STEPS, _off(meet, 0.05, 0, lift), right_quat, 0),
+    ]
+    return left_path, right_path
+
+
+Script = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[list[Waypoint], list[Waypoint]]]
+SCRIPTS: dict[str, Script] = {
+    "transfer_cube": _transfer_cube_script,
+    "insertion": _insertion_script,
+}
+
+
+# -- the tasks ---------------------------------------------------------------------------------
+
+
+def _object_poses(task: str, seed: int) -> np.ndarray:
+    """The objects' poses (x, y, z, quaternion; the cube, or the peg then the socket)."""
+    utils = _gym_aloha().utils
+    if task == "transfer_cube":
+        return np.asarray(utils.sample_box_pose(seed), np.float64)
+    return np.concatenate(utils.sample_insertion_pose(seed)).astype(np.float64)
+
+
+def _environment(task: str, end_effector: bool, poses: list[np.ndarray]) -> Any:
+    """A dm_control environment of `task` whose objects are `poses[0]` at every reset.
+
+    Its observation is the joint state only: frames are rendered by the caller.
+    """
+    gym_aloha = _gym_aloha()
+    from dm_control import mujoco as dm_mujoco
+    from dm_control.rl import control
+
+    joint, ee = gym_aloha.tasks.sim, gym_aloha.tasks.sim_end_effector
+    base = {
+        ("transfer_cube", False): joint.TransferCubeTask,
+        ("insertion", False): joint.InsertionTask,
+        ("transfer_cube", True): ee.TransferCubeEndEffectorTask,
+        ("insertion", True): ee.InsertionEndEffectorTask,
+    }[(task, end_effector)]
+
+    class Seeded(base):  # type: ignore[misc, valid-type]
+        def initialize_episode(self, physics: Any) -> None:
+            if not end_effector:  # the joint tasks read the poses from a module global
+                joint.BOX_POSE[0] = poses[0]
+                return super().initialize_episode(physics)
+            self.initialize_robots(physics)  # the end-effector tasks draw them unseeded
+            physics.data.qpos[16 : 16 + len(poses[0])] = poses[0]
+            return None
+
+        def get_observation(self, physics: Any) -> dict[str, Any]:
+            return {"qpos": self.get_qpos(physics)}
+
+    prefix = "bimanual_viperx_end_effector_" if end_effector else "bimanual_viperx_"
+    path = gym_aloha.constants.ASSETS_DIR / f"{prefix}{task}.xml"
+    physics = dm_mujoco.Physics.from_xml_path(str(path))
+    if end_effector:
+        model: Any = physics.model  # dm_control's wrapper (mujoco's stubs lack eq_data)
+        model.eq_data[:, 10] = WELD_TORQUE_SCALE  # the welds' torque scale: see the module
+    dt = gym_aloha.constants.DT
+    return control.Environment(
+        physics, Seeded(), float("inf"), control_timestep=dt, flat_observation=False
+    )
+
+
+def scripted_joint_trajectory(task: str, seed: int) -> tuple[np.ndarray, float]:
+    """The joint targets (MAX_STEPS, 14) of the scripted episode from `seed`; its top reward.
+
+    Row t holds the joint positions the end-effector episode reached at tick t, the grippers
+    as commanded (their positions lag their commands).
+    """
+    poses = [_object_poses(task, seed)]
+    env = _environment(task, True, poses)
+    env.reset()
+    physics = env.physics
+    start_left = np.concatenate([physics.data.mocap_pos[0], physics.data.mocap_quat[0]])
+    start_right = np.concatenate([physics.data.mocap_pos[1], physics.data.mocap_quat[1]])
+    left_path, right_path = SCRIPTS[task](start_left, start_right, poses[0])
+    left, right = interpolate(left_path, MAX_STEPS), interpolate(right_path, MAX_STEPS)
+    targets, best = np.empty((MAX_STEPS, 14)), 0.0
+    for tick in range(MAX_STEPS):
+        step = env.step(np.concatenate([left[tick], right[tick]]))
+        best = max(best, float(step.reward or 0.0))
+        targets[tick] = step.observation["qpos"]
+        targets[tick, 6], targets[tick, 13] = left[tick, 7], right[tick, 7]
+    return targets, best
+
+
+class AlohaTask:
+    """One ALOHA task (see the module docstring); `reset(seed)` places its objects."""
+
+    embodiment = EMBODIMENT
+
+    def __init__(
+        self,
+        task: str,
+        *,
+        image_size: Sequence[int] = (96, 128),
+        cameras: Sequence[str] | None = None,
+        cheap_rendering: bool = True,
+    ) -> None:
+        if task not in PROMPTS:
+            raise UnknownTaskError(
+                f"task aloha/{task}: gym-aloha has no such task; choose one of {task_names()}"
+            )
+        gym_aloha = _gym_aloha()
+        import mujoco
+
+        self.task, self.name, self.prompt = task, f"aloha/{task}", PROMPTS[task]
+        self._poses: list[np.ndarray] = [_object_poses(task, 0)]
+        self.env = _environment(task, False, self._poses)
+        model = self.env.physics.model.ptr
+        if cheap_rendering:
+            make_rendering_cheap(model)
+        known = [model.camera(i).name for i in range(model.ncam)]
+        self.cameras = list(cameras or DEFAULT_CAMERAS)
+        unknown = [c for c in self.cameras if c not in known]
+        if unknown:
+            raise ValueError(f"cameras: {unknown} are not cameras of {self.name}; it has {known}")
+        height, width = (int(v) for v in image_size)
+        self.renderer = mujoco.Renderer(model, height, width)
+        self.fps = float(gym_aloha.constants.FPS)
+        self.max_steps = MAX_STEPS
+        self.seed: int | None = None
+        self.steps = 0
+        self._qpos: np.ndarray | None = None
+        self._plan: np.ndarray | None = None
+
+    def declaration(self) -> dict[str, Any]:
+        """The embodiment its episodes declare: two arms' joints and grippers."""
+        groups = [
+            {"name": f"{side}_{part}", "kind": kind, "width": width}
+            for side in ("left", "right")
+            for part, kind, width in (("arm", "joint", 6), ("gripper", "gripper", 1))
+        ]
+        return {
+            "name": EMBODIMENT,
+            "family": "robot",
+            "fps": self.fps,
+            "cameras": list(self.cameras),
+            "state": ["observation.state"],
+            "actions": ["action"],
+            "channels": CHANNELS,
+            "groups": groups,
+        }
+
+    def _observation(self) -> dict[str, Any]:
+        assert self._qpos is not None
+        data = self.env.physics.data.ptr
+        images = {}
+        for camera in self.cameras:
+            self.renderer.update_scene(data, camera=camera)
+            images[camera] = self.renderer.render().copy()
+        return observation_of(self._qpos, images, self.prompt)
+
+    def reset(self, seed: int) -> dict[str, Any]:
+        """A new episode, its objects drawn from `seed`: the first observation."""
+        self.seed, self.steps, self._plan = int(seed), 0, None
+        self._poses[0] = _object_poses(self.task, self.seed)
+        self._qpos = np.asarray(self.env.reset().observation["qpos"])
+        return self._observation()
+
+    def step(self, action: np.ndarray) -> Step:
+        """Move every joint towards its target."""
+        assert self._qpos is not None, "reset the task first"
+        target = np.asarray(action, dtype=np.float64)
+        if target.shape != (14,) or not np.isfinite(target).all():
+            raise ValueError(f"{self.name}: an action is (14,) finite, got {target.shape}")
+        step = self.env.step(target)
+        self._qpos = np.asarray(step.observation["qpos"])
+        self.steps += 1
+        reward = float(step.reward or 0.0)
+        success = reward >= self.env.task.max_reward
+        return Step(self._observation(), reward, success, self.steps >= self.max_steps)
+
+    def expert_action(self) -> np.ndarray:
+        """The scripted episode's joint targets (planned at the episode's first tick)."""
+        assert self.seed is not None, "reset the task first"
+        if self._plan is None:
+            self._plan, _ = scripted_joint_trajectory(self.task, self.seed)
+        return self._plan[min(self.steps, MAX_STEPS - 1)].astype(np.float32)
+
+    def close(self) -> None:
+        """Release the renderer and the simulator."""
+        self.renderer.close()
+        self.env.close()

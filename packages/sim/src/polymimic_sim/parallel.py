@@ -1,0 +1,346 @@
+"""Rollouts in parallel: one simulator per worker process, the policy batched across them.
+
+`evaluate_parallel(trained, task_name, workers=N)` runs the episodes N at a time, in
+lockstep: every tick, each running episode's executor acts on its observation (on a
+thread of its own), and the chunks they ask for in that tick are sampled as one batch;
+then every simulator steps at once, each in its own process. A slot whose episode ends
+starts the next seed. Each episode draws its noise from a generator seeded by its own
+seed, so what an episode does depends on its seed, not on which slot ran it or what it
+was batched with (up to the float rounding of different batch sizes).
+
+Through the websocket server (`via_server=True`) each slot is a `PolicyClient`, and the
+server batches what arrives together (its `max_batch` is the number of workers).
+
+Worker processes are spawned (never forked: the parent holds torch's threads, and a GL
+context must be made in the process that renders).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from polymimic_serve import make_executor
+from polymimic_serve.executors import ChunkPolicy
+from polymimic_serve.inference import PolicyRunner
+from polymimic_serve.observations import ObservationReader, Request, StateHistory
+from polymimic_serve.trained_policy import TrainedPolicy
+from polymimic_sim.rollouts import (
+    EpisodeTally,
+    Outcome,
+    seeds_of,
+    summarise,
+    write_episode_video,
+)
+
+# -- simulators in worker processes -------------------------------------------------------------
+
+
+def _serve_task(conn: Connection, name: str, image_size: Sequence[int], cameras: list[str]) -> None:
+    """A worker: make the task, then answer reset / step / close until told to stop."""
+    from polymimic_sim.tasks import make_task
+
+    try:
+        task = make_task(name, image_size=image_size, cameras=cameras)
+    except Exception as exc:  # the parent raises it (a missing extra, a bad name)
+        conn.send(("error", exc))
+        return
+    conn.send(("ready", {"fps": task.fps, "max_steps": task.max_steps}))
+    try:
+        while True:
+            command, argument = conn.recv()
+            if command == "close":
+                break
+            try:
+                reply = task.reset(argument) if command == "reset" else task.step(argument)
+                conn.send(("ok", reply))
+            except ValueError as exc:  # a malformed action: the caller's bug
+                conn.send(("error", exc))
+            except Exception as exc:  # the simulator gave up: the episode's failure
+                conn.send(("crashed", f"{type(exc).__name__}: {exc}"))
+    finally:
+        task.close()
+
+
+class TaskWorkers:
+    """`count` copies of one task, each in a process of its own."""
+
+    def __init__(
+        self, name: str, count: int, *, image_size: Sequence[int], cameras: Sequence[str]
+    ) -> None:
+        context = mp.get_context("spawn")
+        self.conns: list[Connection] = []
+        self.processes: list[Any] = []
+        for _ in range(count):
+            parent, child = context.Pipe()
+            process = context.Process(
+                target=_serve_task,
+                args=(child, name, tuple(image_size), list(cameras)),
+                daemon=True,
+            )
+            process.start()
+            child.close()
+            self.conns.append(parent)
+            self.processes.append(process)
+        try:
+            infos = [self._receive(i) for i in range(count)]
+        except BaseException:
+            self.close()
+            raise
+        self.fps, self.max_steps = float(infos[0]["fps"]), int(infos[0]["max_steps"])
+
+    def _receive(self, slot: int) -> Any:
+        try:
+            kind, value = self.conns[slot].recv()
+        except EOFError as exc:
+            code = self.processes[slot].exitcode
+            raise RuntimeError(f"simulator worker {slot} died (exit code {code})") from exc
+        if kind == "error":
+            raise value
+        return ("crashed", value) if kind == "crashed" else value
+
+    def reset(self, slot: int, seed: int) -> dict[str, Any]:
+        """The first observation of the episode from `seed`, in `slot`."""
+        self.conns[slot].send(("reset", seed))
+        return self._receive(slot)
+
+    def step(self, actions: Mapping[int, np.ndarray]) -> dict[int, Any]:
+        """Every slot steps at once: its Step, or ("crashed", why)."""
+        for slot, action in actions.items():
+            self.conns[slot].send(("step", action))
+        return {slot: self._receive(slot) for slot in actions}
+
+    def close(self) -> None:
+        """Stop every worker (and wait for it)."""
+        for conn in self.conns:
+            with contextlib.suppress(BrokenPipeError, OSError):  # a worker already gone
+                conn.send(("close", None))
+        for process in self.processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+        for conn in self.conns:
+            conn.close()
+
+    def __enter__(self) -> TaskWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- the policy, batched over the slots of one tick ----------------------------------------------
+
+
+class TickBatcher:
+    """Gathers the chunk requests of one tick's slots and samples them as one batch.
+
+    `begin(slots)` opens a tick; each slot's thread either asks (`infer`, which blocks) or
+    says it is `done`. When every slot of the tick has done one or the other, the last to
+    arrive runs the batch (slots in order, each with its own generator) and wakes the rest.
+    """
+
+    def __init__(self, policy: TrainedPolicy, slots: int) -> None:
+        self.reader = ObservationReader(policy, {}, "state")
+        self.runner = PolicyRunner(policy)
+        self.histories = [StateHistory(policy.history) for _ in range(slots)]
+        self.generators = [torch.Generator() for _ in range(slots)]
+        self.cond = threading.Condition()
+        self.expected: set[int] = set()
+        self.settled: set[int] = set()
+        self.waiting: dict[int, Request] = {}
+        self.results: dict[int, np.ndarray | BaseException] = {}
+        self.batch_sizes: list[int] = []
+
+    def begin(self, slots: Sequence[int]) -> None:
+        with self.cond:
+            self.expected, self.settled = set(slots), set()
+
+    def _run_if_complete(self) -> None:
+        """Under the lock: run the waiting requests once every slot has asked or finished."""
+        if not self.waiting or set(self.waiting) | self.settled != self.expected:
+            return
+        order = sorted(self.waiting)
+        requests = [self.waiting.pop(slot) for slot in order]
+        self.batch_sizes.append(len(order))
+        try:  # the others wait on the condition; nobody else can arrive meanwhile
+            chunks, _ = self.runner.run(requests, [self.generators[s] for s in order])
+            self.results.update(zip(order, chunks, strict=True))
+        except BaseException as exc:
+            self.results.update(dict.fromkeys(order, exc))
+        self.cond.notify_all()
+
+    def infer(self, slot: int, observation: Mapping[str, Any]) -> np.ndarray:
+        request = self.reader.read(observation, self.histories[slot])
+        with self.cond:
+            self.waiting[slot] = request
+            self._run_if_complete()
+            while slot not in self.results:
+                self.cond.wait()
+            result = self.results.pop(slot)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def done(self, slot: int) -> None:
+        with self.cond:
+            self.settled.add(slot)
+            self._run_if_complete()
+
+
+class BatchedSlot:
+    """One slot's view of a TickBatcher: openpi's client interface, for an executor."""
+
+    def __init__(self, batcher: TickBatcher, slot: int) -> None:
+        self.batcher, self.slot = batcher, slot
+
+    def get_server_metadata(self) -> dict[str, Any]:
+        return self.batcher.reader.metadata()
+
+    def infer(self, observation: dict[str, Any]) -> dict[str, Any]:
+        return {"actions": self.batcher.infer(self.slot, observation)}
+
+    def reset(self) -> None:
+        self.batcher.histories[self.slot].reset()
+
+    def begin_episode(self, seed: int) -> None:
+        """The episode's noise comes from its own seed."""
+        self.batcher.generators[self.slot].manual_seed(int(seed))
+
+
+# -- the lockstep loop -----------------------------------------------------------------------------
+
+
+def evaluate_parallel(
+    trained: TrainedPolicy,
+    task_name: str,
+    *,
+    workers: int = 2,
+    episodes: int = 50,
+    seed: int = 1000,
+    executor: str = "chunk",
+    executor_options: Mapping[str, Any] | None = None,
+    via_server: bool = False,
+    max_steps: int | None = None,
+    video_dir: Path | None = None,
+    videos: int = 3,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Closed-loop episodes of `trained` in `task_name`, `workers` at a time (see the module)."""
+    from polymimic_serve import PolicyClient, PolicyServer, RunningServer
+
+    seeds = seeds_of(episodes, seed)
+    slots = min(workers, len(seeds))
+    options = dict(executor_options or {})
+    start = time.perf_counter()
+    with TaskWorkers(
+        task_name, slots, image_size=trained.image_size, cameras=trained.cameras
+    ) as tasks:
+        batcher: TickBatcher | None = None
+        if not via_server:
+            batcher = TickBatcher(trained, slots)
+            policies: list[Any] = [BatchedSlot(batcher, s) for s in range(slots)]
+            outcomes, written = _lockstep(
+                tasks, policies, batcher, seeds, executor, options, max_steps, video_dir, videos,
+                progress, task_name,
+            )  # fmt: skip
+        else:
+            server = PolicyServer(trained, port=0, seed=seed, max_batch=slots)
+            with RunningServer(server) as running:
+                policies = [PolicyClient(running.url) for _ in range(slots)]
+                try:
+                    outcomes, written = _lockstep(
+                        tasks, policies, None, seeds, executor, options, max_steps, video_dir,
+                        videos, progress, task_name,
+                    )  # fmt: skip
+                finally:
+                    for client in policies:
+                        client.close()
+    summary = summarise(task_name, executor, outcomes, time.perf_counter() - start)
+    sizes = batcher.batch_sizes if batcher is not None else []
+    return summary | {
+        "workers": slots,
+        "videos": [str(p) for p in written],
+        "mean_batch": sum(sizes) / len(sizes) if sizes else None,  # requests per inference
+    }
+
+
+def _lockstep(
+    tasks: TaskWorkers,
+    policies: Sequence[ChunkPolicy],
+    batcher: TickBatcher | None,
+    seeds: list[int],
+    executor: str,
+    options: dict[str, Any],
+    max_steps: int | None,
+    video_dir: Path | None,
+    videos: int,
+    progress: bool,
+    task_name: str,
+) -> tuple[list[Outcome], list[Path]]:
+    executors = [make_executor(executor, policy, **options) for policy in policies]
+    filmed = set(seeds[:videos]) if video_dir is not None else set()
+    queue = deque(seeds)
+    running: dict[int, tuple[EpisodeTally, dict[str, Any]]] = {}
+    outcomes: list[Outcome] = []
+    written: list[Path] = []
+    limit = max_steps or tasks.max_steps
+
+    def start(slot: int) -> None:
+        episode_seed = queue.popleft()
+        policy = policies[slot]
+        if isinstance(policy, BatchedSlot):
+            policy.begin_episode(episode_seed)
+        observation = tasks.reset(slot, episode_seed)
+        executors[slot].reset()
+        running[slot] = (EpisodeTally(episode_seed, limit, episode_seed in filmed), observation)
+
+    def act(slot: int) -> np.ndarray:
+        tally, observation = running[slot]
+        try:
+            tally.observe(observation)
+            return executors[slot].act(observation)
+        finally:
+            if batcher is not None:
+                batcher.done(slot)
+
+    for slot in range(len(policies)):
+        if queue:
+            start(slot)
+    bar = tqdm(total=len(seeds), desc=f"rollouts {task_name}", disable=not progress)
+    with ThreadPoolExecutor(len(policies), thread_name_prefix="polymimic-rollout") as pool:
+        while running:
+            order = sorted(running)
+            if batcher is not None:
+                batcher.begin(order)
+            actions = dict(zip(order, pool.map(act, order), strict=True))
+            for slot, result in tasks.step(actions).items():
+                tally, _ = running[slot]
+                if isinstance(result, tuple):  # ("crashed", why)
+                    outcome: Outcome | None = tally.crashed(result[1])
+                else:
+                    outcome = tally.add(result)
+                    running[slot] = (tally, result.observation)
+                if outcome is None:
+                    continue
+                outcomes.append(outcome)
+                bar.update()
+                if tally.frames and video_dir is not None:
+                    written.append(write_episode_video(video_dir, outcome, tally.frames, tasks.fps))
+                del running[slot]
+                if queue:
+                    start(slot)
+    bar.close()
+    return outcomes, written

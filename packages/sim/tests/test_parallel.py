@@ -1,0 +1,78 @@
+"""Rollouts in worker processes, the policy batched across them; videos of the first episodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from polymimic_data.embodiments import declare
+from polymimic_serve import load_policy, write_untrained_export
+from polymimic_sim import UnknownTaskError, make_task
+from polymimic_sim.parallel import TaskWorkers, evaluate_parallel
+from polymimic_sim.rollouts import FAILURE_COLOUR, evaluate_checkpoint
+
+TASK, SIZE = "metaworld/reach-v3", (48, 64)
+OPTIONS = {"n_action_steps": 4}
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    task = make_task(TASK, image_size=SIZE)
+    try:
+        declare(task.declaration())
+    finally:
+        task.close()
+    out = tmp_path_factory.mktemp("parallel") / "export"
+    return write_untrained_export(out, embodiment="sim/metaworld_sawyer", cameras=["corner2"],
+                                  history=2, horizon=8, image_size=SIZE)  # fmt: skip
+
+
+def _returns(summary: dict) -> dict[int, float]:
+    return {o["seed"]: o["total_return"] for o in summary["outcomes"]}
+
+
+def test_workers_batch_the_policy_and_an_episode_depends_on_its_seed_alone(export: Path) -> None:
+    trained = load_policy(export)
+    run = {"episodes": 3, "seed": 1000, "executor_options": OPTIONS, "max_steps": 10,
+           "progress": False}  # fmt: skip
+    two = evaluate_parallel(trained, TASK, workers=2, **run)
+    again = evaluate_parallel(trained, TASK, workers=2, **run)
+    one = evaluate_parallel(trained, TASK, workers=1, **run)
+    assert two["workers"] == 2 and [o["seed"] for o in two["outcomes"]] == [1000, 1001, 1002]
+    assert all(o["steps"] == 10 for o in two["outcomes"])
+    assert two["mean_batch"] > 1.0 and one["mean_batch"] == 1.0
+    assert _returns(two) == _returns(again)  # the same seeds, the same outcomes
+    # other slots and other batch-mates: the same episodes, up to float rounding
+    assert _returns(one) == pytest.approx(_returns(two), rel=1e-4)
+
+
+def test_workers_drive_the_policy_through_its_server(export: Path) -> None:
+    run = {"episodes": 2, "max_steps": 6, "executor_options": OPTIONS, "progress": False}
+    summary = evaluate_parallel(load_policy(export), TASK, workers=2, via_server=True, **run)
+    assert [o["steps"] for o in summary["outcomes"]] == [6, 6] and summary["workers"] == 2
+
+
+def test_a_worker_refuses_a_bad_action_and_a_bad_task_is_named() -> None:
+    with TaskWorkers(TASK, 1, image_size=SIZE, cameras=["corner2"]) as tasks:
+        tasks.reset(0, 5)
+        with pytest.raises(ValueError, match=r"an action is \(4,\) finite"):
+            tasks.step({0: np.zeros(3, np.float32)})
+        assert tasks.reset(0, 6)["state"].shape == (4,)  # the worker is still there
+    with pytest.raises(UnknownTaskError, match="MetaWorld has no such task"):
+        TaskWorkers("metaworld/fly-v3", 1, image_size=SIZE, cameras=["corner2"])
+
+
+def test_the_first_episodes_are_filmed_and_marked(export: Path, tmp_path: Path) -> None:
+    run = {"episodes": 3, "max_steps": 12, "executor_options": OPTIONS, "progress": False}
+    summary = evaluate_checkpoint(export, TASK, workers=2, videos=2, out=tmp_path, **run)
+    names = sorted(Path(v).name for v in summary["videos"])
+    assert names == ["seed001000-failure.mp4", "seed001001-failure.mp4"]  # an untrained policy
+    steps = {o["seed"]: o["steps"] for o in summary["outcomes"]}
+    with av.open(str(tmp_path / "videos" / names[0])) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(frames) == steps[1000] and frames[0].shape == (*SIZE, 3)
+    corner = frames[0][:2, :2].reshape(-1, 3).mean(axis=0)  # the frame: red for a failure
+    assert np.abs(corner - FAILURE_COLOUR).max() < 40, corner

@@ -1,0 +1,60 @@
+"""A run that rolls its policy out in simulation as it trains (callbacks.sim_eval)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+import polymimic_train.app
+from polymimic_sim import record
+
+TASK = "metaworld/button-press-v3"
+CONSTANT_GRIPPER = r"ignore:.*are \(nearly\) constant:UserWarning"  # a button needs no gripper
+
+
+@pytest.mark.filterwarnings(CONSTANT_GRIPPER)
+def test_a_run_logs_its_success_rate_after_each_due_validation(tmp_path: Path, compose_train):
+    demos = tmp_path / "demos"
+    record(TASK, demos, episodes=2, image_size=(48, 64), progress=False)
+    cfg = compose_train(
+        tmp_path,
+        "name=sim_eval",
+        "data=sim_metaworld",
+        f"data.roots=[{demos}]",
+        "data.image_size=[48,64]",
+        "data.num_workers=0",
+        "data.batch_size=4",
+        "data.norm.num_samples=20",
+        "trainer.max_steps=6",
+        "trainer.val_check_interval=2",
+        "trainer.enable_progress_bar=false",
+        "callbacks.trajectory_video.max_frames=4",
+        "callbacks.sim_eval.every_n_validations=2",
+        f"callbacks.sim_eval.task={TASK}",
+        "callbacks.sim_eval.episodes=2",
+        "callbacks.sim_eval.max_steps=8",
+        "model.d_model=32",
+        "model.num_heads=2",
+    )
+    summary = polymimic_train.app.run(cfg)
+    assert summary["steps"] == 6
+    run_dir = Path(cfg.paths.run_dir)
+    # validations at steps 2, 4 and 6: the second is due (every 2nd)
+    written = sorted(p.name for p in (run_dir / "sim" / TASK).iterdir())
+    assert written == ["step000004.json"]
+    rollouts = json.loads((run_dir / "sim" / TASK / "step000004.json").read_text())
+    assert [o["seed"] for o in rollouts["outcomes"]] == [1000, 1001]
+    assert all(o["steps"] == 8 for o in rollouts["outcomes"]) and rollouts["weights_step"] == 4
+    with (run_dir / "metrics" / "metrics.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r.get(f"sim/{TASK}/success_rate")]
+    assert [(r["step"], float(r[f"sim/{TASK}/success_rate"])) for r in rows] == [("4", 0.0)]
+
+
+def test_a_due_sim_eval_without_a_task_is_refused_before_training() -> None:
+    from polymimic_train.callbacks.sim_eval import SimEval
+
+    with pytest.raises(ValueError, match=r"callbacks.sim_eval.task: which simulated task"):
+        SimEval(every_n_validations=1)
