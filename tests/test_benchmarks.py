@@ -79,19 +79,24 @@ def test_serve_benchmark_prints_its_ratios(trained_checkpoint: Path) -> None:
     assert any(line["metric"] == "rtc_over_chunk_boundary_jump" for line in lines)
 
 
-def test_sim_benchmark_prints_its_ratio() -> None:
+def test_sim_benchmark_prints_its_ratios() -> None:
     command = [
         sys.executable,
         str(ROOT / "benchmarks" / "sim.py"),
+        "--tasks",
+        "metaworld/button-press-v3,aloha/transfer_cube",
         "--episodes",
         "1",
         "--steps",
         "40",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
-    assert figures["expert_success_rate"]["value"] == 1.0
-    assert figures["record_frames_per_s"]["value"] > 0
-    assert figures["render_default_over_cheap"]["value"] > 0
-    assert figures["rollout_over_bare_step_rate"]["value"] > 0
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line]
+    for task in ("metaworld/button-press-v3", "aloha/transfer_cube"):
+        figures = {(f["metric"], f.get("workers")): f for f in lines if f["task"] == task}
+        assert figures[("expert_success_rate", None)]["value"] == 1.0
+        assert figures[("record_frames_per_s", None)]["value"] > 0
+        assert figures[("render_default_over_cheap", None)]["value"] > 0
+        assert figures[("rollout_over_bare_step_rate", 1)]["value"] > 0
+        assert figures[("workers_over_one_step_rate", 2)]["value"] > 0

@@ -30,7 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_sim.rendering import ensure_headless_rendering, make_rendering_cheap
+from polymimic_sim.rendering import (
+    ensure_headless_rendering,
+    make_rendering_cheap,
+    render_cameras,
+)
 from polymimic_sim.tasks import MissingExtraError, Step, UnknownTaskError, observation_of
 
 EMBODIMENT = "sim/aloha"
@@ -306,14 +310,13 @@ class AlohaTask:
             "groups": groups,
         }
 
+    def render(self) -> dict[str, np.ndarray]:
+        """The cameras' frames of the current state."""
+        return render_cameras(self.renderer, self.env.physics.data.ptr, self.cameras)
+
     def _observation(self) -> dict[str, Any]:
         assert self._qpos is not None
-        data = self.env.physics.data.ptr
-        images = {}
-        for camera in self.cameras:
-            self.renderer.update_scene(data, camera=camera)
-            images[camera] = self.renderer.render().copy()
-        return observation_of(self._qpos, images, self.prompt)
+        return observation_of(self._qpos, self.render(), self.prompt)
 
     def reset(self, seed: int) -> dict[str, Any]:
         """A new episode, its objects drawn from `seed`: the first observation."""

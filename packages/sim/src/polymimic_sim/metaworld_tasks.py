@@ -17,7 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_sim.rendering import ensure_headless_rendering, make_rendering_cheap
+from polymimic_sim.rendering import (
+    ensure_headless_rendering,
+    make_rendering_cheap,
+    render_cameras,
+)
 from polymimic_sim.tasks import MissingExtraError, Step, UnknownTaskError, observation_of
 
 EMBODIMENT = "sim/metaworld_sawyer"
@@ -112,13 +116,13 @@ class MetaWorldTask:
             ],
         }
 
+    def render(self) -> dict[str, np.ndarray]:
+        """The cameras' frames of the current state."""
+        return render_cameras(self.renderer, self.sim.data, self.cameras)
+
     def _observation(self) -> dict[str, Any]:
         assert self._raw is not None
-        images = {}
-        for camera in self.cameras:
-            self.renderer.update_scene(self.sim.data, camera=camera)
-            images[camera] = self.renderer.render().copy()
-        return observation_of(self._raw[:4], images, self.prompt)
+        return observation_of(self._raw[:4], self.render(), self.prompt)
 
     def reset(self, seed: int) -> dict[str, Any]:
         """A new episode from `seed` (its goal and objects drawn from it): the first observation."""

@@ -13,7 +13,10 @@ import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 BACKENDS = ("egl", "osmesa")
 PACKAGES = {"egl": "libegl1 libegl-mesa0 libgl1-mesa-dri", "osmesa": "libosmesa6"}
@@ -74,3 +77,12 @@ def make_rendering_cheap(model: Any) -> None:
     """No shadows, no multisampling: the same images for recording and evaluation, cheaper."""
     model.vis.quality.offsamples = 0
     model.light_castshadow[:] = 0
+
+
+def render_cameras(renderer: Any, data: Any, cameras: Sequence[str]) -> dict[str, np.ndarray]:
+    """One uint8 (H, W, 3) frame per camera of MuJoCo `data`, from one `mujoco.Renderer`."""
+    frames = {}
+    for camera in cameras:
+        renderer.update_scene(data, camera=camera)
+        frames[camera] = renderer.render().copy()
+    return frames

@@ -58,6 +58,10 @@ class SimTask(Protocol):
         """Apply one absolute action."""
         ...
 
+    def render(self) -> dict[str, np.ndarray]:
+        """Each camera's frame of the current state, uint8 (H, W, 3)."""
+        ...
+
     def expert_action(self) -> np.ndarray:
         """The scripted expert's action for the current state, in the same units."""
         ...
@@ -98,8 +102,13 @@ def make_task(
     *,
     image_size: Sequence[int] = (96, 128),
     cameras: Sequence[str] | None = None,
+    cheap_rendering: bool = True,
 ) -> SimTask:
-    """The task called `name` (e.g. `metaworld/reach-v3`), rendering at `image_size` (H, W)."""
+    """The task called `name` (e.g. `metaworld/reach-v3`), rendering at `image_size` (H, W).
+
+    `cheap_rendering`: no shadows, no multisampling (the default, for recording and
+    evaluation alike); off only to measure what it saves.
+    """
     family, _, task = name.partition("/")
     if name in SUITES:
         raise UnknownTaskError(
@@ -109,11 +118,15 @@ def make_task(
     if family == "metaworld" and task:
         from polymimic_sim.metaworld_tasks import MetaWorldTask
 
-        return MetaWorldTask(task, image_size=image_size, cameras=cameras)
+        return MetaWorldTask(
+            task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering
+        )
     if family == "aloha" and task:
         from polymimic_sim.aloha_tasks import AlohaTask
 
-        return AlohaTask(task, image_size=image_size, cameras=cameras)
+        return AlohaTask(
+            task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering
+        )
     raise UnknownTaskError(
         f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
         "(e.g. metaworld/reach-v3) or aloha/<task> (transfer_cube, insertion)"
