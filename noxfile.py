@@ -71,9 +71,9 @@ def tests(session: nox.Session) -> None:
     """The cross-package tests (tests/), with every package and extra installed.
 
     Each package's own tests run in its `tests-<package>` session (nothing there is skipped
-    for want of what only this session installs), so they are not run again here. Tests
-    marked slow (real-size models in the matrix) are left to `matrix`. The README's
-    commands run here (tests/test_readme_commands.py), in a venv of their own.
+    for want of what only this session installs), so they are not run again here; nor is
+    the matrix (tests/test_matrix.py), which `matrix` runs whole. The README's commands run
+    here (tests/test_readme_commands.py), in a venv of their own.
     """
     unsessioned = sorted(
         {p.parent.name for p in ROOT.glob("packages/*/pyproject.toml")} - set(PACKAGES)
@@ -81,7 +81,9 @@ def tests(session: nox.Session) -> None:
     if unsessioned:
         session.error(f"packages without a tests-<package> session (PACKAGES): {unsessioned}")
     sync(session, "--all-packages", "--all-extras")
-    session.run(*PYTEST, "-m", "not slow", "tests", *session.posargs)
+    session.run(
+        *PYTEST, "-m", "not slow", "--ignore=tests/test_matrix.py", "tests", *session.posargs
+    )
 
 
 @nox.session

@@ -94,6 +94,8 @@ def _pi_overrides(model: str, data: str) -> list[str]:
             "model.image_slots.left_wrist_0_rgb=[left_wrist,wrist]",
         ]
         if data.startswith("lerobot")
+        else ["model.image_slots.base_0_rgb=[front_1,top]"]  # ALOHA's top camera
+        if data.startswith("sim_aloha")
         else ["model.image_slots.base_0_rgb=[front_1,corner2]"]  # MetaWorld's camera
         if data.startswith("sim_")
         else []
