@@ -97,6 +97,7 @@ def test_recording_again_keeps_what_is_there(reach_episodes: Path) -> None:
     ("name", "message"),
     [
         ("pybullet/reach", "not one of this package's simulators; use metaworld/<task>"),
+        ("metaworld/mt10", "is a suite of 10 tasks: make each of suite_tasks"),
         ("metaworld/fly-v3", "MetaWorld has no such task with a scripted expert"),
         ("metaworld", "not one of this package's simulators"),
     ],

@@ -113,3 +113,35 @@ def test_a_simulator_that_gives_up_is_a_failure_not_a_crash() -> None:
     outcome, _ = rollout(GivingUp(), make_executor("chunk", Zeros()), seed=0)  # type: ignore[arg-type]
     assert (outcome.success, outcome.steps, outcome.total_return) == (False, 3, 1.0)
     assert outcome.error == "RuntimeError: unstable accelerations"
+
+
+def test_a_suite_is_its_tasks_in_order_and_its_summary_pools_them() -> None:
+    from polymimic_sim.rollouts import Outcome, combine, summarise
+    from polymimic_sim.tasks import suite_tasks
+
+    names = suite_tasks("metaworld/mt10")
+    assert len(names) == 10 and names[:3] == [
+        f"metaworld/{t}-v3" for t in ("reach", "push", "pick-place")
+    ]
+    assert suite_tasks("metaworld/reach-v3") == ["metaworld/reach-v3"]
+    parts = {
+        "metaworld/reach-v3": summarise(
+            "metaworld/reach-v3",
+            "chunk",
+            [Outcome(1, True, 10, 2.0), Outcome(2, True, 30, 4.0)],
+            1.0,
+        ),
+        "metaworld/push-v3": summarise(
+            "metaworld/push-v3",
+            "chunk",
+            [Outcome(1, False, 50, 1.0), Outcome(2, True, 20, 3.0)],
+            3.0,
+        ),
+    }
+    for part in parts.values():
+        part |= {"workers": 2, "videos": []}
+    suite = combine("metaworld/mt10", parts)
+    assert (suite["episodes"], suite["successes"], suite["success_rate"]) == (4, 3, 0.75)
+    assert suite["success_rate_per_task"] == {"metaworld/reach-v3": 1.0, "metaworld/push-v3": 0.5}
+    assert suite["success_rate_wilson95"] == list(wilson_interval(3, 4))
+    assert suite["env_steps_per_s"] == 110 / 4.0 and suite["mean_return"] == 2.5
