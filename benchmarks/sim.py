@@ -77,9 +77,10 @@ def rollout_figures(task_name: str, tmp: Path, steps: int, workers: int) -> None
     emit("rollout_steps_per_s", one, "1/s", task=task_name, workers=1, n_action_steps=8)
     emit("rollout_over_bare_step_rate", one / bare, "ratio", task=task_name, workers=1)
     summary = evaluate_parallel(trained, task_name, workers=workers, episodes=2 * workers, **run)
-    many = summary["env_steps_per_s"]  # worker start-up included
+    many = summary["env_steps_per_s"]  # the workers' start-up apart, as one task's in process
     emit("rollout_steps_per_s", many, "1/s", task=task_name, workers=workers,
          mean_batch=summary["mean_batch"])  # fmt: skip
+    emit("workers_startup_s", summary["startup_s"], "s", task=task_name, workers=workers)
     emit("rollout_over_bare_step_rate", many / bare, "ratio", task=task_name, workers=workers)
     emit("workers_over_one_step_rate", many / one, "ratio", task=task_name, workers=workers)
 

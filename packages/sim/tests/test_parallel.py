@@ -11,8 +11,9 @@ import pytest
 from polymimic_data.embodiments import declare
 from polymimic_serve import load_policy, write_untrained_export
 from polymimic_sim import UnknownTaskError, make_task
-from polymimic_sim.parallel import TaskWorkers, evaluate_parallel
+from polymimic_sim.parallel import evaluate_parallel
 from polymimic_sim.rollouts import FAILURE_COLOUR, evaluate_checkpoint
+from polymimic_sim.task_workers import TaskWorkers
 
 TASK, SIZE = "metaworld/reach-v3", (48, 64)
 OPTIONS = {"n_action_steps": 4}

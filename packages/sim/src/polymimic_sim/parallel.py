@@ -11,20 +11,16 @@ was batched with (up to the float rounding of different batch sizes).
 Through the websocket server (`via_server=True`) each slot is a `PolicyClient`, and the
 server batches what arrives together (its `max_batch` is the number of workers).
 
-Worker processes are spawned (never forked: the parent holds torch's threads, and a GL
-context must be made in the process that renders).
+The simulators run in polymimic_sim.task_workers' processes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing as mp
 import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -44,102 +40,7 @@ from polymimic_sim.rollouts import (
     summarise,
     write_episode_video,
 )
-
-# -- simulators in worker processes -------------------------------------------------------------
-
-
-def _serve_task(conn: Connection, name: str, image_size: Sequence[int], cameras: list[str]) -> None:
-    """A worker: make the task, then answer reset / step / close until told to stop."""
-    from polymimic_sim.tasks import make_task
-
-    try:
-        task = make_task(name, image_size=image_size, cameras=cameras)
-    except Exception as exc:  # the parent raises it (a missing extra, a bad name)
-        conn.send(("error", exc))
-        return
-    conn.send(("ready", {"fps": task.fps, "max_steps": task.max_steps}))
-    try:
-        while True:
-            command, argument = conn.recv()
-            if command == "close":
-                break
-            try:
-                reply = task.reset(argument) if command == "reset" else task.step(argument)
-                conn.send(("ok", reply))
-            except ValueError as exc:  # a malformed action: the caller's bug
-                conn.send(("error", exc))
-            except Exception as exc:  # the simulator gave up: the episode's failure
-                conn.send(("crashed", f"{type(exc).__name__}: {exc}"))
-    finally:
-        task.close()
-
-
-class TaskWorkers:
-    """`count` copies of one task, each in a process of its own."""
-
-    def __init__(
-        self, name: str, count: int, *, image_size: Sequence[int], cameras: Sequence[str]
-    ) -> None:
-        context = mp.get_context("spawn")
-        self.conns: list[Connection] = []
-        self.processes: list[Any] = []
-        for _ in range(count):
-            parent, child = context.Pipe()
-            process = context.Process(
-                target=_serve_task,
-                args=(child, name, tuple(image_size), list(cameras)),
-                daemon=True,
-            )
-            process.start()
-            child.close()
-            self.conns.append(parent)
-            self.processes.append(process)
-        try:
-            infos = [self._receive(i) for i in range(count)]
-        except BaseException:
-            self.close()
-            raise
-        self.fps, self.max_steps = float(infos[0]["fps"]), int(infos[0]["max_steps"])
-
-    def _receive(self, slot: int) -> Any:
-        try:
-            kind, value = self.conns[slot].recv()
-        except EOFError as exc:
-            code = self.processes[slot].exitcode
-            raise RuntimeError(f"simulator worker {slot} died (exit code {code})") from exc
-        if kind == "error":
-            raise value
-        return ("crashed", value) if kind == "crashed" else value
-
-    def reset(self, slot: int, seed: int) -> dict[str, Any]:
-        """The first observation of the episode from `seed`, in `slot`."""
-        self.conns[slot].send(("reset", seed))
-        return self._receive(slot)
-
-    def step(self, actions: Mapping[int, np.ndarray]) -> dict[int, Any]:
-        """Every slot steps at once: its Step, or ("crashed", why)."""
-        for slot, action in actions.items():
-            self.conns[slot].send(("step", action))
-        return {slot: self._receive(slot) for slot in actions}
-
-    def close(self) -> None:
-        """Stop every worker (and wait for it)."""
-        for conn in self.conns:
-            with contextlib.suppress(BrokenPipeError, OSError):  # a worker already gone
-                conn.send(("close", None))
-        for process in self.processes:
-            process.join(timeout=10)
-            if process.is_alive():
-                process.kill()
-        for conn in self.conns:
-            conn.close()
-
-    def __enter__(self) -> TaskWorkers:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
+from polymimic_sim.task_workers import TaskWorkers
 
 # -- the policy, batched over the slots of one tick ----------------------------------------------
 
@@ -244,10 +145,11 @@ def evaluate_parallel(
     seeds = seeds_of(episodes, seed)
     slots = min(workers, len(seeds))
     options = dict(executor_options or {})
-    start = time.perf_counter()
+    begun = time.perf_counter()
     with TaskWorkers(
         task_name, slots, image_size=trained.image_size, cameras=trained.cameras
     ) as tasks:
+        start = time.perf_counter()  # the rate counts the rollouts, not the workers' start
         batcher: TickBatcher | None = None
         if not via_server:
             batcher = TickBatcher(trained, slots)
@@ -268,10 +170,12 @@ def evaluate_parallel(
                 finally:
                     for client in policies:
                         client.close()
-    summary = summarise(task_name, executor, outcomes, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+    summary = summarise(task_name, executor, outcomes, seconds)
     sizes = batcher.batch_sizes if batcher is not None else []
     return summary | {
         "workers": slots,
+        "startup_s": start - begun,
         "videos": [str(p) for p in written],
         "mean_batch": sum(sizes) / len(sizes) if sizes else None,  # requests per inference
     }

@@ -39,9 +39,24 @@ def _works(backend: str) -> tuple[bool, str]:
     return result.returncode == 0 and "ok" in result.stdout, last
 
 
+_PRELOAD_TORCH = [True]  # off in a simulator worker, which never loads torchvision
+
+
+def never_loads_torch() -> None:
+    """Mark this process as one that renders but never loads torchvision: no preload.
+
+    The preload costs seconds (it imports torch); a worker only steps and renders.
+    """
+    _PRELOAD_TORCH[0] = False
+
+
 def ensure_headless_rendering() -> str:
-    """The MUJOCO_GL backend this process renders with (set here unless the user set it)."""
-    preload_torch_ops()
+    """The MUJOCO_GL backend this process renders with (set here unless the user set it).
+
+    Set in the environment, so processes started from this one inherit the choice.
+    """
+    if _PRELOAD_TORCH[0]:
+        preload_torch_ops()
     chosen = os.environ.get("MUJOCO_GL")
     if chosen:
         return chosen
