@@ -8,9 +8,8 @@ import av
 import numpy as np
 import pytest
 
-from polymimic_data.embodiments import declare
-from polymimic_serve import load_policy, write_untrained_export
-from polymimic_sim import UnknownTaskError, make_task
+from polymimic_serve import load_policy
+from polymimic_sim import UnknownTaskError
 from polymimic_sim.parallel import evaluate_parallel
 from polymimic_sim.rollouts import FAILURE_COLOUR, evaluate_checkpoint
 from polymimic_sim.task_workers import TaskWorkers
@@ -19,24 +18,14 @@ TASK, SIZE = "metaworld/reach-v3", (48, 64)
 OPTIONS = {"n_action_steps": 4}
 
 
-@pytest.fixture(scope="module")
-def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    task = make_task(TASK, image_size=SIZE)
-    try:
-        declare(task.declaration())
-    finally:
-        task.close()
-    out = tmp_path_factory.mktemp("parallel") / "export"
-    return write_untrained_export(out, embodiment="sim/metaworld_sawyer", cameras=["corner2"],
-                                  history=2, horizon=8, image_size=SIZE)  # fmt: skip
-
-
 def _returns(summary: dict) -> dict[int, float]:
     return {o["seed"]: o["total_return"] for o in summary["outcomes"]}
 
 
-def test_workers_batch_the_policy_and_an_episode_depends_on_its_seed_alone(export: Path) -> None:
-    trained = load_policy(export)
+def test_workers_batch_the_policy_and_an_episode_depends_on_its_seed_alone(
+    untrained_sawyer: Path,
+) -> None:
+    trained = load_policy(untrained_sawyer)
     run = {"episodes": 3, "seed": 1000, "executor_options": OPTIONS, "max_steps": 10,
            "progress": False}  # fmt: skip
     two = evaluate_parallel(trained, TASK, workers=2, **run)
@@ -50,9 +39,11 @@ def test_workers_batch_the_policy_and_an_episode_depends_on_its_seed_alone(expor
     assert _returns(one) == pytest.approx(_returns(two), rel=1e-4)
 
 
-def test_workers_drive_the_policy_through_its_server(export: Path) -> None:
+def test_workers_drive_the_policy_through_its_server(untrained_sawyer: Path) -> None:
     run = {"episodes": 2, "max_steps": 6, "executor_options": OPTIONS, "progress": False}
-    summary = evaluate_parallel(load_policy(export), TASK, workers=2, via_server=True, **run)
+    summary = evaluate_parallel(
+        load_policy(untrained_sawyer), TASK, workers=2, via_server=True, **run
+    )
     assert [o["steps"] for o in summary["outcomes"]] == [6, 6] and summary["workers"] == 2
 
 
@@ -66,9 +57,9 @@ def test_a_worker_refuses_a_bad_action_and_a_bad_task_is_named() -> None:
         TaskWorkers("metaworld/fly-v3", 1, image_size=SIZE, cameras=["corner2"])
 
 
-def test_the_first_episodes_are_filmed_and_marked(export: Path, tmp_path: Path) -> None:
+def test_the_first_episodes_are_filmed_and_marked(untrained_sawyer: Path, tmp_path: Path) -> None:
     run = {"episodes": 3, "max_steps": 12, "executor_options": OPTIONS, "progress": False}
-    summary = evaluate_checkpoint(export, TASK, workers=2, videos=2, out=tmp_path, **run)
+    summary = evaluate_checkpoint(untrained_sawyer, TASK, workers=2, videos=2, out=tmp_path, **run)
     names = sorted(Path(v).name for v in summary["videos"])
     assert names == ["seed001000-failure.mp4", "seed001001-failure.mp4"]  # an untrained policy
     steps = {o["seed"]: o["steps"] for o in summary["outcomes"]}

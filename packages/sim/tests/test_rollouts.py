@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polymimic_data.embodiments import declare
-from polymimic_serve import LocalPolicy, load_policy, write_untrained_export
+from polymimic_serve import LocalPolicy, load_policy
 from polymimic_sim import evaluate, make_task, rollout, wilson_interval
 from polymimic_sim.cli import main
 from polymimic_sim.tasks import Step
@@ -30,18 +29,6 @@ def test_the_wilson_interval_matches_its_formula(successes, trials, expected) ->
     assert wilson_interval(successes, trials) == pytest.approx(expected, abs=1e-4)
     with pytest.raises(ValueError, match="trials: a positive number"):
         wilson_interval(0, 0)
-
-
-@pytest.fixture(scope="module")
-def untrained_sawyer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    task = make_task(TASK, image_size=SIZE)
-    try:
-        declare(task.declaration())
-    finally:
-        task.close()
-    out = tmp_path_factory.mktemp("sawyer") / "export"
-    return write_untrained_export(out, embodiment="sim/metaworld_sawyer", cameras=["corner2"],
-                                  history=2, horizon=8, image_size=SIZE)  # fmt: skip
 
 
 @pytest.mark.parametrize("executor", ["chunk", "temporal_ensemble", "rtc"])

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from polymimic_sim.rendering import (
+    camera_renderer,
     ensure_headless_rendering,
-    make_rendering_cheap,
     render_cameras,
 )
 from polymimic_sim.tasks import MissingExtraError, Step, UnknownTaskError, observation_of
@@ -270,21 +270,12 @@ class AlohaTask:
                 f"task aloha/{task}: gym-aloha has no such task; choose one of {task_names()}"
             )
         gym_aloha = _gym_aloha()
-        import mujoco
-
         self.task, self.name, self.prompt = task, f"aloha/{task}", PROMPTS[task]
         self._poses: list[np.ndarray] = [_object_poses(task, 0)]
         self.env = _environment(task, False, self._poses)
         model = self.env.physics.model.ptr
-        if cheap_rendering:
-            make_rendering_cheap(model)
-        known = [model.camera(i).name for i in range(model.ncam)]
         self.cameras = list(cameras or DEFAULT_CAMERAS)
-        unknown = [c for c in self.cameras if c not in known]
-        if unknown:
-            raise ValueError(f"cameras: {unknown} are not cameras of {self.name}; it has {known}")
-        height, width = (int(v) for v in image_size)
-        self.renderer = mujoco.Renderer(model, height, width)
+        self.renderer = camera_renderer(model, self.name, self.cameras, image_size, cheap_rendering)
         self.fps = float(gym_aloha.constants.FPS)
         self.max_steps = MAX_STEPS
         self.seed: int | None = None

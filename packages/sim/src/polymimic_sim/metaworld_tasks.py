@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from polymimic_sim.rendering import (
+    camera_renderer,
     ensure_headless_rendering,
-    make_rendering_cheap,
     render_cameras,
 )
 from polymimic_sim.tasks import MissingExtraError, Step, UnknownTaskError, observation_of
@@ -71,8 +71,6 @@ class MetaWorldTask:
         cheap_rendering: bool = True,
     ) -> None:
         metaworld = _metaworld()
-        import mujoco
-
         experts = metaworld.policies.ENV_POLICY_MAP
         if task not in experts:
             raise UnknownTaskError(
@@ -84,15 +82,10 @@ class MetaWorldTask:
         # reset from a generator of its own, whatever the seed. Here a seed is the episode.
         self.sim = metaworld.env_dict.ALL_V3_ENVIRONMENTS[task]()
         self._task_type = metaworld.types.Task
-        if cheap_rendering:  # off only to measure what it saves (benchmarks/sim.py)
-            make_rendering_cheap(self.sim.model)
-        known = [self.sim.model.camera(i).name for i in range(self.sim.model.ncam)]
         self.cameras = list(cameras or DEFAULT_CAMERAS)
-        unknown = [c for c in self.cameras if c not in known]
-        if unknown:
-            raise ValueError(f"cameras: {unknown} are not cameras of {self.name}; it has {known}")
-        height, width = (int(v) for v in image_size)
-        self.renderer = mujoco.Renderer(self.sim.model, height, width)
+        self.renderer = camera_renderer(
+            self.sim.model, self.name, self.cameras, image_size, cheap_rendering
+        )
         self.expert = experts[task]()
         self.fps = float(self.sim.metadata["render_fps"])
         self.max_steps = int(self.sim.max_path_length)

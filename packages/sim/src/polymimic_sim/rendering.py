@@ -101,3 +101,22 @@ def render_cameras(renderer: Any, data: Any, cameras: Sequence[str]) -> dict[str
         renderer.update_scene(data, camera=camera)
         frames[camera] = renderer.render().copy()
     return frames
+
+
+def camera_renderer(
+    model: Any, task: str, cameras: Sequence[str], image_size: Sequence[int], cheap: bool
+) -> Any:
+    """A `mujoco.Renderer` at `image_size` (H, W) for `cameras` of `model`, checked by name.
+
+    `cheap`: no shadows, no multisampling (make_rendering_cheap), set on the model first.
+    """
+    import mujoco
+
+    if cheap:
+        make_rendering_cheap(model)
+    known = [model.camera(i).name for i in range(model.ncam)]
+    unknown = [c for c in cameras if c not in known]
+    if unknown:
+        raise ValueError(f"cameras: {unknown} are not cameras of {task}; it has {known}")
+    height, width = (int(v) for v in image_size)
+    return mujoco.Renderer(model, height, width)
