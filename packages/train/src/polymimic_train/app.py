@@ -64,10 +64,18 @@ def _launched_rank_zero() -> bool:
 def _callbacks_and_loggers(cfg: DictConfig) -> tuple[list[Any], list[Any]]:
     from hydra.utils import instantiate
 
+    from polymimic_train.runs.wandb_run import RunWandbLogger
+
     def build(group: DictConfig | None) -> list[Any]:
         return [instantiate(c) for c in (group or {}).values() if c is not None]
 
-    return build(cfg.callbacks), build(cfg.logger)
+    loggers = build(cfg.logger)
+    for logger in loggers:
+        if isinstance(logger, RunWandbLogger):  # the W&B run's config: the composed one
+            resolved = OmegaConf.to_container(cfg, resolve=True)
+            assert isinstance(resolved, dict)
+            logger.log_run_config({str(k): v for k, v in resolved.items()})
+    return build(cfg.callbacks), loggers
 
 
 def checked_data(

@@ -216,8 +216,42 @@ def _check_local_weights(cfg: DictConfig, policy_type: type[Policy]) -> None:
             )
 
 
+WANDB_INSTALL_HINT = "pip install 'polymimic-train[wandb]' (in a checkout: uv sync --extra wandb)"
+WANDB_MODES = ("online", "offline", "disabled")
+_WANDB_LOGGERS = ("RunWandbLogger", "WandbLogger")
+_WANDB_PROJECT_FORBIDDEN = set("/\\#?%:")
+
+
+def _check_loggers(cfg: DictConfig) -> None:
+    """A W&B logger has wandb installed, a known mode and a usable project name."""
+    import importlib.util
+
+    for key, logger in (cfg.get("logger") or {}).items():
+        if not isinstance(logger, DictConfig):
+            continue  # switched off (null)
+        if str(logger.get("_target_", "")).rpartition(".")[2] not in _WANDB_LOGGERS:
+            continue
+        if importlib.util.find_spec("wandb") is None:
+            raise ConfigError(f"logger.{key}: W&B logging needs wandb; {WANDB_INSTALL_HINT}")
+        mode = logger.get("mode")
+        if mode is not None and mode not in WANDB_MODES:
+            raise ConfigError(
+                f"logger.{key}.mode: {mode!r} is not one of {list(WANDB_MODES)} or null "
+                "(null: $WANDB_MODE, else online with credentials, offline without)"
+            )
+        project = logger.get("project")
+        if project is not None and (
+            not isinstance(project, str)
+            or not 0 < len(project) <= 128
+            or set(project) & _WANDB_PROJECT_FORBIDDEN
+        ):
+            raise ConfigError(
+                f"logger.{key}.project: 1 to 128 characters, none of / \\ # ? % :; got {project!r}"
+            )
+
+
 def check_config(cfg: DictConfig, *, initial_weights: bool = True) -> type[Policy]:
-    """Every check that needs no data and no model: numbers, names, choices.
+    """Every check that needs no data and no model: numbers, names, choices, loggers.
 
     Returns the policy class the model config builds: what it declares about itself is
     checked here (the rotations it predicts; with `initial_weights`, a run that builds
@@ -225,6 +259,7 @@ def check_config(cfg: DictConfig, *, initial_weights: bool = True) -> type[Polic
     """
     _check_numbers(cfg)
     _check_datasets(cfg.data)
+    _check_loggers(cfg)
     policy_type = model_policy_type(cfg)
     _check_model_layouts(cfg, policy_type)
     if initial_weights:

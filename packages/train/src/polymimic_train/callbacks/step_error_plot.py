@@ -2,7 +2,7 @@
 
 The policy module logs `val/<embodiment>/step_error/<step>` (each step averaged over the
 samples valid at it, over every rank); this callback draws one curve per embodiment into
-`plots/step_error/step<N>.png` and the same picture into TensorBoard.
+`plots/step_error/step<N>.png` and the same picture into TensorBoard and W&B (`val/step_error`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import numpy as np
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from PIL import Image
 
@@ -64,3 +64,5 @@ class StepErrorPlot(pl.Callback):
                 with Image.open(path) as image:
                     pixels = np.asarray(image.convert("RGB"))
                 logger.experiment.add_image("val/step_error", pixels, step, dataformats="HWC")
+            elif isinstance(logger, WandbLogger):
+                logger.log_image("val/step_error", images=[str(path)], step=step)

@@ -9,8 +9,8 @@ so videos compare across steps.
 
 Under DDP each rank renders a share of the frames; rank 0 gathers them in order and is
 the only writer: `videos/<embodiment>/step<N>-<split>.mp4`, and the same clip as an
-animated image in TensorBoard under `videos/<embodiment>/<split>`. Nothing is loaded
-and no batch is built when no video is due.
+animated image in TensorBoard and as a video in W&B (`logger=wandb`), both under
+`videos/<embodiment>/<split>`. Nothing is loaded and no batch is built when no video is due.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from PIL import Image
 
 from polymimic_data import EpisodeDataset, collate_samples
@@ -179,6 +179,8 @@ class TrajectoryVideoCallback(pl.Callback):
                 summary = Summary(value=[Summary.Value(tag=tag, image=clip)])
                 # SummaryWriter.add_video needs moviepy; the GIF it would write is made here.
                 logger.experiment._get_file_writer().add_summary(summary, step)
+            elif isinstance(logger, WandbLogger):  # the mp4 itself, as a wandb.Video
+                logger.log_video(tag, videos=[str(path)], step=step, caption=[f"step {step}"])
 
     def _render_share(
         self, dataset: EpisodeDataset, datamodule: Any, module: Any
