@@ -8,6 +8,7 @@ fails here.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,7 +24,8 @@ nox.options.reuse_existing_virtualenvs = True
 PACKAGES = ("data", "policies", "strategies", "eval", "serve", "sim", "train")
 PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider")
 ROOT = Path(__file__).resolve().parent
-nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "matrix", "lint", "typecheck"]
+nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "matrix", "tests-slurm"]
+nox.options.sessions += ["lint", "typecheck"]
 
 
 def sync(session: nox.Session, *args: str) -> None:
@@ -82,7 +84,13 @@ def tests(session: nox.Session) -> None:
         session.error(f"packages without a tests-<package> session (PACKAGES): {unsessioned}")
     sync(session, "--all-packages", "--all-extras")
     session.run(
-        *PYTEST, "-m", "not slow", "--ignore=tests/test_matrix.py", "tests", *session.posargs
+        *PYTEST,
+        "-m",
+        "not slow",
+        "--ignore=tests/test_matrix.py",
+        "--ignore=tests/slurm",
+        "tests",
+        *session.posargs,
     )
 
 
@@ -91,6 +99,27 @@ def matrix(session: nox.Session) -> None:
     """Every model config trained on every data config through the app, real sizes too."""
     sync(session, "--all-packages", "--all-extras")
     session.run(*PYTEST, "tests/test_matrix.py", *session.posargs)
+
+
+SLURM_PACKAGES = ("slurm-wlm", "munge")
+
+
+@nox.session(name="tests-slurm")
+def tests_slurm(session: nox.Session) -> None:
+    """`train -m hydra/launcher=slurm` on a real one-node SLURM the tests start themselves.
+
+    Installs Debian's slurm-wlm and munge where they are missing (as root, through apt);
+    the daemons run as the tests' own processes, in a folder of their own, and stop with
+    them.
+    """
+    if shutil.which("slurmctld", path="/usr/sbin:/usr/bin:/sbin") is None:
+        if shutil.which("apt-get") is None or os.geteuid() != 0:
+            session.error(f"SLURM is not installed: apt-get install -y {' '.join(SLURM_PACKAGES)}")
+        session.run("apt-get", "update", "-qq", external=True)
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.run("apt-get", "install", "-y", "-qq", *SLURM_PACKAGES, external=True, env=env)
+    sync(session, "--all-packages", "--all-extras")
+    session.run(*PYTEST, "tests/slurm", *session.posargs)
 
 
 @nox.session

@@ -91,3 +91,9 @@ def train_process() -> Callable[..., subprocess.Popen[str]]:
 def train_environment() -> Callable[[Path], dict[str, str]]:
     """train_environment(tmp): the environment `train` runs in, everything under `tmp`."""
     return train_env
+
+
+@pytest.fixture(scope="session")
+def train_argv() -> Callable[..., list[str]]:
+    """train_argv(*overrides): the `train` command line at the tiny size, to run yourself."""
+    return train_command

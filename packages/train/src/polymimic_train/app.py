@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import hydra
 import platformdirs
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from polymimic_train.run_config import ConfigError, check_config
 from polymimic_train.runs import run_dirs
@@ -50,6 +51,31 @@ def _tiny_paligemma(cache_dir: str) -> str:
 OmegaConf.register_new_resolver(
     "polymimic.tiny_paligemma", _tiny_paligemma, replace=True, use_cache=True
 )
+
+
+def _gpus_per_node(accelerator: str, devices: Any) -> int | None:
+    """What the SLURM launcher asks for per node: the trainer's devices, none on a CPU."""
+    return None if str(accelerator) == "cpu" else int(devices)
+
+
+OmegaConf.register_new_resolver("polymimic.gpus_per_node", _gpus_per_node, replace=True)
+
+
+def _sweep_name(*, _root_: DictConfig) -> str:
+    """The run's `name` for a multirun's folder, resolved where `${hydra:...}` cannot be.
+
+    A multirun's launcher is built (and its folder named) before Hydra's config is set,
+    so the default name, `${hydra:runtime.choices.model}-...`, fails there; the same
+    choices are read from the config's own `hydra` node instead.
+    """
+    try:
+        return str(_root_.name)
+    except InterpolationResolutionError:
+        choices = _root_.hydra.runtime.choices
+        return f"{choices.model}-{choices.data}"
+
+
+OmegaConf.register_new_resolver("polymimic.sweep_name", _sweep_name, replace=True)
 # Cached: Hydra reads the run directory more than once; it must be made once.
 OmegaConf.register_new_resolver(
     "polymimic.run_dir", run_dirs.run_dir_for, replace=True, use_cache=True
@@ -59,6 +85,11 @@ OmegaConf.register_new_resolver(
 def _launched_rank_zero() -> bool:
     """The process that owns the run directory (other ranks are launched into it)."""
     return all(os.environ.get(v, "0") == "0" for v in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
+
+
+def _first_on_node() -> bool:
+    """The first process of this node (SLURM's local id 0, and no launcher-spawned rank)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("LOCAL_RANK", "SLURM_LOCALID"))
 
 
 def _callbacks_and_loggers(cfg: DictConfig) -> tuple[list[Any], list[Any]]:
@@ -164,8 +195,8 @@ def _fit(
     from polymimic_strategies import fit_torch_threads, reap_stale_gpu_processes
     from polymimic_train.runs.run_record import record_run_start, summarise
 
-    if cfg.reap_stale_gpu_processes and "SLURM_JOB_ID" in os.environ and _launched_rank_zero():
-        reap_stale_gpu_processes()  # once per node
+    if cfg.reap_stale_gpu_processes and "SLURM_JOB_ID" in os.environ and _first_on_node():
+        reap_stale_gpu_processes()  # once per node: every node's GPUs, not only node 0's
     fit_torch_threads()  # a container's CPU quota, not the host's cores
     pl.seed_everything(cfg.seed, workers=True)
     datamodule, module = components(cfg, *checked)
@@ -272,6 +303,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     except (ConfigError, run_dirs.RunDirError):
         if fresh and _launched_rank_zero():
             shutil.rmtree(run_dir, ignore_errors=True)
+            run_dirs.forget_job_choice(cfg.paths.runs_root, cfg.name)
         raise
     if not _launched_rank_zero():
         return _fit(cfg, run_dir, resume_from, checked)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import signal
 import sys
 import warnings
 from collections.abc import Iterator, Sized
@@ -73,6 +75,12 @@ def tune_worker_allocator(worker_id: int = 0) -> bool:
 def _tune_worker(worker_id: int) -> None:
     tune_worker_allocator(worker_id)
 
+    if "SLURM_JOB_ID" in os.environ:
+        # Slurm ends a job (scancel, requeue, preemption) with SIGTERM and, KillWait seconds
+        # later, SIGKILL, to every process of the step. The trainer (Lightning, submitit)
+        # lets SIGTERM pass so a requeued job is not reported failed; a worker that died of
+        # it would still fail the step, from its parent, before it is requeued.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 class ShuffledOrder(DistributedSampler):
     """Every index once per pass, in an order drawn from (seed, epoch, cycle) alone.

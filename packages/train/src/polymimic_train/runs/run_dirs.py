@@ -13,6 +13,14 @@ outlive a killed parent by seconds) never hold it. `resume` chooses the director
   holds;
 - a run directory, or a checkpoint inside one: that directory;
 - a checkpoint anywhere else: a new directory, starting from that checkpoint's weights.
+
+Inside a SLURM job every task of a job step must train in one directory, and a requeued
+job must come back to it, however it was launched (submitit's multirun names it for its
+tasks; `srun train ...` on several nodes does not). So there the global rank 0 chooses by
+the rules above and records its choice under `<runs_root>/<name>/.slurm-jobs/` keyed by
+job and step; the other tasks wait for that record and take the same directory, and a
+requeued job (same job and step) re-enters its unfinished directory and resumes from its
+`last.ckpt`, whatever `resume` said.
 """
 
 from __future__ import annotations
@@ -26,12 +34,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from polymimic_data.store import write_json_atomic
+from polymimic_data.store import write_json_atomic, write_text_atomic
 
 RECORD = "run.json"
 LOCK = "run.lock"
 CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
+SLURM_JOBS = ".slurm-jobs"
+RENDEZVOUS_TIMEOUT_S = 300.0
 
 
 class RunDirError(ValueError):
@@ -141,14 +151,92 @@ def latest_unfinished(runs_root: Path, name: str) -> Path | None:
     return None
 
 
-def run_dir_for(runs_root: str, name: str, resume: str | None) -> str:
+def slurm_step() -> str | None:
+    """`<job>.<step>` inside a SLURM job step (`batch` for the batch script), else None.
+
+    An array task's job is `<array job>_<task>`. The same across a requeue, since a
+    requeued job keeps its id and reruns its steps.
+    """
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:  # an array task by the name scontrol and squeue give it
+        job = f"{array}_{task}"
+    return f"{job}.{os.environ.get('SLURM_STEP_ID', 'batch')}"
+
+
+def slurm_global_rank() -> int:
+    """The global rank of this task in its SLURM job step (0 outside SLURM)."""
+    return int(os.environ.get("SLURM_PROCID", "0"))
+
+
+def _job_record(runs_root: Path, name: str, step: str) -> Path:
+    return runs_root / name / SLURM_JOBS / step
+
+
+def _wait_for_job_record(record: Path, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while not record.exists():
+        if time.monotonic() > deadline:
+            raise RunDirError(
+                f"SLURM task {slurm_global_rank()} waited {timeout_s:.0f} s for rank 0 to "
+                f"choose the run directory ({record} never appeared): is runs_root on a file "
+                "system every node shares? (paths.runs_root, POLYMIMIC_RUNS_ROOT)"
+            )
+        time.sleep(0.2)
+    return record.read_text().strip()
+
+
+def run_dir_for(
+    runs_root: str,
+    name: str,
+    resume: str | None,
+    *,
+    rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S,
+) -> str:
     """The run directory for this launch (see the module's docstring).
 
     Never raises for a `resume` that cannot work: it gives a new directory, and
     checkpoint_to_resume, called by the app once Hydra has set up, names the problem
-    (an exception here would reach the user as an interpolation traceback).
+    (an exception here would reach the user as an interpolation traceback). Inside a
+    SLURM job the tasks agree through a record rank 0 writes (RunDirError if it never
+    comes).
     """
     root = Path(runs_root)
+    step = slurm_step()
+    if step is None:
+        return _choose_run_dir(root, name, resume)
+    record = _job_record(root, name, step)
+    if slurm_global_rank() != 0:
+        return _wait_for_job_record(record, rendezvous_timeout_s)
+    if record.exists():  # requeued: this job step's own directory, unless it finished
+        earlier = Path(record.read_text().strip())
+        if earlier.is_dir() and read_record(earlier).get("state") != "finished":
+            return str(earlier)
+    chosen = str(Path(_choose_run_dir(root, name, resume)).resolve())
+    write_text_atomic(record, chosen + "\n")
+    return chosen
+
+
+def requeued_into(run_dir: Path) -> bool:
+    """Whether this SLURM job step ran in `run_dir` before (it was requeued) and checkpointed."""
+    step = slurm_step()
+    return (
+        step is not None
+        and read_record(run_dir).get("slurm_step") == step
+        and last_checkpoint(run_dir) is not None
+    )
+
+
+def forget_job_choice(runs_root: str | os.PathLike[str], name: str) -> None:
+    """Drop this job step's record of its run directory (rank 0 removed the directory)."""
+    step = slurm_step()
+    if step is not None:
+        _job_record(Path(runs_root), name, step).unlink(missing_ok=True)
+
+
+def _choose_run_dir(root: Path, name: str, resume: str | None) -> str:
     if resume == "latest":
         found = latest_unfinished(root, name)
         if found is not None:
@@ -167,8 +255,11 @@ def _is_run_dir(path: Path) -> bool:
 
 
 def checkpoint_to_resume(resume: str | None, run_dir: Path, name: str = "") -> Path | None:
-    """The checkpoint this run continues from, if any; RunDirError when `resume` is unusable."""
-    if resume is None or resume == "auto":
+    """The checkpoint this run continues from, if any; RunDirError when `resume` is unusable.
+
+    A requeued SLURM job continues from its own `last.ckpt`, whatever `resume` says.
+    """
+    if resume is None or resume == "auto" or requeued_into(run_dir):
         return last_checkpoint(run_dir)  # a requeued job's own, or none
     if resume == "latest":
         if not (run_dir / RECORD).exists():  # run_dir_for found none and made a new one
@@ -200,6 +291,7 @@ def start(run_dir: Path, *, resumed_from: Path | None) -> RunLock:
         pid=os.getpid(),
         host=socket.gethostname(),
         resumed_from=str(resumed_from) if resumed_from else None,
+        slurm_step=slurm_step(),
     )
     return lock
 

@@ -1,0 +1,165 @@
+"""`train -m hydra/launcher=slurm trainer=ddp trainer.devices=2` on a real SLURM cluster:
+submitit submits two jobs of two tasks each (gloo), one runs uninterrupted and one is
+requeued mid-run (`scontrol requeue`, as a preemption does). The requeued job comes back
+into its own run directory, resumes from its last.ckpt, and ends with the uninterrupted
+job's weights, bit for bit, and a metrics.csv holding every step once.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from .cluster import Cluster
+
+STEPS = 24
+RUN = [
+    "-m",
+    "hydra/launcher=slurm",
+    "trainer=ddp",
+    "trainer.devices=2",
+    "trainer.accelerator=cpu",
+    f"trainer.max_steps={STEPS}",
+    "trainer.val_check_interval=6",
+    "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=2",
+    "hydra.launcher.timeout_min=30",
+    "data.num_workers=1",  # the loader's worker must resume too
+    "data.batch_size=4",
+    "data.norm.num_samples=50",
+    "data.synthetic.episodes=4",
+    "data.synthetic.frames=24",
+    "model.d_model=32",
+    "model.num_heads=2",
+    "model.image_tokens=2",
+    "callbacks.trajectory_video.max_frames=4",
+]
+TIMING_COLUMNS = {"samples_per_s", "data_wait"}  # wall-clock figures: never equal
+
+
+def _train(*overrides: str) -> list[str]:
+    return [sys.executable, "-m", "polymimic_train", *RUN, *overrides]
+
+
+def _wait(ready, timeout_s: float, what: str, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if process.poll() is not None:
+            raise AssertionError(f"`train -m` ended before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} after {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def _run_dir(tmp: Path, name: str) -> Path | None:
+    found = sorted((tmp / "runs").glob("*/multirun_*/*/run.json"))
+    for record in found:
+        config = (record.parent / ".hydra" / "config.yaml").read_text()
+        if f"name: {name}\n" in config:
+            return record.parent
+    return None
+
+
+def _job_of_record(run_dir: Path) -> str:
+    """The SLURM job (an array task's own id) that trains in `run_dir`."""
+    return str(json.loads((run_dir / "run.json").read_text())["slurm_step"]).split(".")[0]
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics" / "metrics.csv").open() as f:
+        return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in csv.DictReader(f)]
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    last = run_dir / "checkpoints" / "last.ckpt"
+    return torch.load(last, map_location="cpu", weights_only=True)["state_dict"]
+
+
+@pytest.fixture(scope="module")
+def jobs(cluster: Cluster, job_env, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = Path(tmp_path_factory.mktemp("launch"))
+    log = (tmp / "train-m.log").open("w")
+    launcher = subprocess.Popen(
+        _train("name=whole,requeued"),
+        env=job_env(tmp),
+        cwd=tmp,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _wait(lambda: _run_dir(tmp, "requeued") is not None, 600, "the run directory", launcher)
+        run_dir = _run_dir(tmp, "requeued")
+        assert run_dir is not None
+        _wait(
+            lambda: (run_dir / "checkpoints" / "step000012.ckpt").exists(),
+            600,
+            "the second checkpoint",
+            launcher,
+        )
+        job = _job_of_record(run_dir)
+        cluster.run("scontrol", "requeue", job)  # what a preemption does
+        _wait(
+            lambda: cluster.job_field(job, "JobState") == "PENDING",
+            60,
+            "the requeued job pending",
+            launcher,
+        )
+        restarts = cluster.job_field(job, "Restarts")
+        # Slurm holds a requeued job back for a while (its BeginTime): let it go now
+        cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        code = launcher.wait(timeout=900)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        log.close()
+    assert code == 0, (tmp / "train-m.log").read_text()[-4000:]
+    whole = _run_dir(tmp, "whole")
+    assert whole is not None
+    return {"tmp": tmp, "whole": whole, "requeued": run_dir, "job": job, "restarts": restarts}
+
+
+def test_the_requeued_job_was_really_requeued_and_resumed_in_its_run_directory(jobs) -> None:
+    assert jobs["restarts"] == "1"
+    record = json.loads((jobs["requeued"] / "run.json").read_text())
+    assert record["state"] == "finished" and record["steps"] == STEPS
+    assert record["resumed_from"].endswith("last.ckpt")  # not from scratch
+    # each job of the multirun in <runs_root>/<its name>/multirun_<time>/<job number>: the
+    # requeued job's second life made no second directory
+    assert [p.name for p in jobs["requeued"].parent.iterdir()] == ["1"]
+    assert [p.name for p in jobs["whole"].parent.iterdir()] == ["0"]
+
+
+def test_requeued_weights_and_metrics_equal_the_uninterrupted_job(jobs) -> None:
+    ours, theirs = _weights(jobs["whole"]), _weights(jobs["requeued"])
+    assert ours.keys() == theirs.keys()
+    for key in ours:  # bit for bit: same data order on both ranks, same noise
+        assert torch.equal(ours[key], theirs[key]), key
+    rows = _rows(jobs["requeued"])
+    assert rows == _rows(jobs["whole"])
+    trained = [int(r["step"]) for r in rows if r.get("train/loss")]
+    assert sorted(trained) == list(range(STEPS)), trained  # every step once
+    assert list((jobs["requeued"] / "metrics").glob("abandoned-*.csv"))
+
+
+def test_each_job_has_its_own_cache_and_the_reaper_ran_once_per_node(jobs) -> None:
+    caches = [p.name for p in (jobs["tmp"] / "cache" / "episode_index").iterdir()]
+    assert len(caches) == 2 and all(c.startswith("slurm-") for c in caches), caches
+    calls = (jobs["tmp"] / "nvidia-smi.log").read_text().split("\n")
+    by_job: dict[str, list[str]] = {}
+    for call in filter(None, calls):
+        _host, job, rank = call.split()
+        by_job.setdefault(job, []).append(rank)
+    assert {f"slurm-{job}" for job in by_job} == set(caches)
+    # one reap (two nvidia-smi queries) by the node's first task per start: the requeued
+    # job started twice
+    assert sorted(by_job.values()) == [["0"] * 2, ["0"] * 4], by_job
