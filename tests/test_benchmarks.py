@@ -32,6 +32,21 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
     assert figures["dataloader_samples_per_s"]["batch_size"] == 32  # 60 samples: 1 batch an epoch
 
 
+def test_remote_loader_benchmark_prints_its_ratio() -> None:
+    tiny = ["--episodes", "2", "--frames", "20", "--height", "32", "--width", "40"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "remote_loader.py"), *tiny, "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
+    assert figures["remote_over_local_first_epoch"]["value"] > 0
+    assert figures["remote_first_epoch_ms_per_sample"]["samples"] == 40
+    assert figures["sync_s"]["megabytes"] > 0 and figures["resync_s"]["value"] > 0
+
+
 def test_lerobot_import_benchmark_prints_its_ratios() -> None:
     tiny = ["--episodes", "2", "--frames", "20", "--height", "48", "--width", "64"]
     result = subprocess.run(

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from polymimic_data.store.s3_test_server import S3TestServer
 from polymimic_data.synthetic.episodes import ensure_synthetic_episodes
 
 
@@ -21,3 +23,18 @@ def aria_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ensure_synthetic_episodes(
         root, "aria_bimanual", episodes=3, frames=20, height=64, width=80, progress=False
     )
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3TestServer]:
+    """A real S3-compatible server (moto's) on 127.0.0.1, for the whole session."""
+    with S3TestServer.start() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_env(s3_server: S3TestServer, monkeypatch: pytest.MonkeyPatch) -> S3TestServer:
+    """The server, with this test's AWS environment pointing at it."""
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server

@@ -3,7 +3,9 @@
 The checks (a dataset with no episodes is a config error), the embodiments that episodes
 declare (`embodiment: auto`, `cameras: auto`) and the data module all work from the one
 result, so a run stats each episode once, not once per question asked of it. Named
-splits (`data.splits`) are filters applied in memory to a dataset's episodes.
+splits (`data.splits`) are filters applied in memory to a dataset's episodes. A root
+given by URL (`s3://bucket/prefix`) is first mirrored into the cache, one process per
+node copying (see polymimic_data.store.sync_remote_episodes), and resolved there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from typing import Any
 from polymimic_data import EpisodeInfo, registered_embodiments, resolve_episodes
 from polymimic_data.embodiments import declared_names, get_embodiment
 from polymimic_data.episodes import job_cache_dir
-from polymimic_data.store import attrs_match
+from polymimic_data.store import (
+    RemoteRootError,
+    attrs_match,
+    is_remote_root,
+    mirror_folder_name,
+    sync_remote_episodes,
+)
 from polymimic_train.run_config import ConfigError
 
 AUTO = "auto"
@@ -28,21 +36,60 @@ def index_cache(cache_dir: str | Path) -> Path:
 
 
 def _filters(data: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
-    return {**(data.get("filters") or {}), **(spec.get("filters") or {})}
+    merged = {**(data.get("filters") or {}), **(spec.get("filters") or {})}
+    # Hydra's ListConfig is no list: attrs_match would take it for one value, matching nothing
+    return {
+        str(k): list(v) if isinstance(v, Sequence) and not isinstance(v, str) else v
+        for k, v in merged.items()
+    }
 
 
-def _real_roots(data: Mapping[str, Any], unknown: Sequence[str]) -> list[Path]:
-    roots = [Path(r) for r in data.get("roots") or []]
-    if not roots:
+def mirror_dir(cache_dir: str | Path, url: str) -> Path:
+    """Where a remote root is mirrored: per SLURM job, per node (`cache_dir` is the node's)."""
+    return job_cache_dir(Path(cache_dir) / "remote") / mirror_folder_name(url)
+
+
+def _mirror_filters(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What any dataset may use: its filters, with its embodiment unless that is `auto`."""
+    out = []
+    for spec in (data.get("datasets") or {}).values():
+        wanted = str(spec.get("embodiment")).lower()
+        out.append(_filters(data, spec) | ({} if wanted == AUTO else {"embodiment": wanted}))
+    return out
+
+
+def _mirrored(url: str, data: Mapping[str, Any], cache_dir: str | Path) -> Path:
+    """The local mirror of a remote root, brought up to date (one error if it cannot be)."""
+    try:
+        return sync_remote_episodes(url, mirror_dir(cache_dir, url), filters=_mirror_filters(data))
+    except RemoteRootError as exc:
+        raise ConfigError(f"data.roots: {exc}") from exc
+    except ImportError as exc:
+        raise ConfigError(
+            f"data.roots: {url} needs the s3 extra: pip install 'polymimic-train[s3]' ({exc})"
+        ) from exc
+
+
+def _real_roots(
+    data: Mapping[str, Any], unknown: Sequence[str], cache_dir: str | Path
+) -> list[Path]:
+    given = [str(r) for r in data.get("roots") or []]
+    if not given:
         needs = (
             f"; datasets {list(unknown)} name embodiments declared by episodes" if unknown else ""
         )
         raise ConfigError(
-            f"data.roots: set it to folders of episodes, e.g. 'data.roots=[/data/eva]'{needs}"
+            "data.roots: set it to folders of episodes, e.g. 'data.roots=[/data/eva]', "
+            f"or to a store's prefix, e.g. 'data.roots=[s3://bucket/eva]'{needs}"
         )
-    for root in roots:
-        if not root.is_dir():
+    roots = []
+    for root in given:
+        if is_remote_root(root):
+            roots.append(_mirrored(root, data, cache_dir))
+        elif not Path(root).is_dir():
             raise ConfigError(f"data.roots: {root} does not exist or is not a folder")
+        else:
+            roots.append(Path(root))
     return roots
 
 
@@ -77,7 +124,7 @@ def resolve_real_datasets(data: MutableMapping[str, Any], cache_dir: str | Path)
     datasets = data.get("datasets") or {}
     known = set(registered_embodiments())
     unknown = [n for n, s in datasets.items() if str(s.get("embodiment")).lower() not in known]
-    roots = _real_roots(data, unknown)
+    roots = _real_roots(data, unknown, cache_dir)
     out: DatasetEpisodes = {}
     renamed: dict[str, Any] = {}
     for name, spec in datasets.items():
@@ -94,9 +141,10 @@ def resolve_real_datasets(data: MutableMapping[str, Any], cache_dir: str | Path)
         if spec.get("cameras") == AUTO and registered:
             spec["cameras"] = list(get_embodiment(wanted).cameras)
         if not found and registered:
+            given = [str(r) for r in data.get("roots") or []]  # URLs as given, not mirrors
             raise ConfigError(
                 f"data.datasets.{name}: no episodes of {wanted} under data.roots "
-                f"{[str(r) for r in roots]} matching {filters | {'embodiment': wanted}}; "
+                f"{given} matching {filters | {'embodiment': wanted}}; "
                 "`polymimic-data inspect ROOT` lists what is there"
             )
         renamed[name], out[name] = spec, found

@@ -27,7 +27,11 @@ _LAZY = {  # name -> its module in polymimic_data.store
     "episode_hash": "episode_store",
     "write_episode": "episode_store",
     "read_rows": "numeric_reader",
+    "RemoteRootError": "remote_episodes",
+    "is_remote_root": "remote_episodes",
+    "mirror_folder_name": "remote_episodes",
     "sync_remote_episodes": "remote_episodes",
+    "S3TestServer": "s3_test_server",
     "VlenBytesArrayReader": "vlen_bytes_reader",
     "MISSING": "zarr_chunks",
     "ChunkFileError": "zarr_chunks",
@@ -58,12 +62,16 @@ __all__ = [
     "ChunkLayout",
     "EpisodeReader",
     "EpisodeWriter",
+    "RemoteRootError",
+    "S3TestServer",
     "VlenBytesArrayReader",
     "attrs_match",
     "chunk_key",
     "decode_bytes",
     "episode_hash",
     "file_size",
+    "is_remote_root",
+    "mirror_folder_name",
     "pread",
     "read_group_attrs",
     "read_layout",
@@ -90,7 +98,13 @@ if TYPE_CHECKING:
         write_episode,
     )
     from polymimic_data.store.numeric_reader import read_rows
-    from polymimic_data.store.remote_episodes import sync_remote_episodes
+    from polymimic_data.store.remote_episodes import (
+        RemoteRootError,
+        is_remote_root,
+        mirror_folder_name,
+        sync_remote_episodes,
+    )
+    from polymimic_data.store.s3_test_server import S3TestServer
     from polymimic_data.store.vlen_bytes_reader import VlenBytesArrayReader
     from polymimic_data.store.zarr_chunks import (
         MISSING,
