@@ -122,3 +122,50 @@ def test_two_trainings_started_at_the_same_moment_keep_their_own_records(
         assert json.loads((run_dir / "summary.json").read_text())["run_dir"] == str(run_dir)
         assert (run_dir / "checkpoints" / "last.ckpt").resolve().name == "step000005.ckpt"
     assert pids == {first.pid, second.pid}
+
+
+def _in_slurm_task(monkeypatch: pytest.MonkeyPatch, rank: int, job: str = "77") -> None:
+    for key in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", job)
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    monkeypatch.setenv("SLURM_PROCID", str(rank))
+
+
+def test_the_tasks_of_a_slurm_job_step_agree_on_rank_zeros_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _in_slurm_task(monkeypatch, rank=1)
+    with pytest.raises(RunDirError, match=r"rank 0 .*shares"):  # rank 0 never chose
+        run_dirs.run_dir_for(str(tmp_path), "fold", "auto", rendezvous_timeout_s=0.3)
+    _in_slurm_task(monkeypatch, rank=0)
+    chosen = run_dirs.run_dir_for(str(tmp_path), "fold", "auto")
+    _in_slurm_task(monkeypatch, rank=1)
+    assert run_dirs.run_dir_for(str(tmp_path), "fold", "auto") == chosen
+    # another step of the same allocation (a second srun) is another run
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_STEP_ID", "1")
+    assert run_dirs.run_dir_for(str(tmp_path), "fold", "auto") != chosen
+
+
+def test_a_requeued_slurm_job_resumes_in_its_own_directory_whatever_resume_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "pretrained.ckpt"
+    elsewhere.write_bytes(b"")
+    _in_slurm_task(monkeypatch, rank=0)
+    first = Path(run_dirs.run_dir_for(str(tmp_path), "fold", str(elsewhere)))
+    assert run_dirs.checkpoint_to_resume(str(elsewhere), first) == elsewhere  # first life
+    run_dirs.start(first, resumed_from=elsewhere).release()
+    (first / "checkpoints").mkdir()
+    (first / "checkpoints" / "step000006.ckpt").write_bytes(b"")
+    (first / "checkpoints" / "last.ckpt").symlink_to("step000006.ckpt")
+    again = Path(run_dirs.run_dir_for(str(tmp_path), "fold", str(elsewhere)))  # requeued
+    assert again == first
+    assert run_dirs.checkpoint_to_resume(str(elsewhere), again) == first / "checkpoints/last.ckpt"
+    # a job step whose run finished (a second `train` in one batch script) starts a new one
+    run_dirs.write_record(first, "finished")
+    assert Path(run_dirs.run_dir_for(str(tmp_path), "fold", "auto")) != first
+    # outside SLURM, the same directory is just a run with a checkpoint
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert run_dirs.checkpoint_to_resume(str(elsewhere), first) == elsewhere
