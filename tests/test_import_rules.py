@@ -104,10 +104,12 @@ ALLOWED: dict[str, set[str]] = {
         "polymimic_serve",
         "polymimic_eval",
     },
-    # tensorboard, PIL: clips and plots written to TensorBoard.
+    # tensorboard, PIL: clips and plots written to TensorBoard; wandb: logger=wandb (an
+    # optional extra, imported only when that logger is built).
     "train": {
         "numpy",
         "tensorboard",
+        "wandb",
         "PIL",
         "torch",
         "lightning",
