@@ -160,15 +160,19 @@ def _walk_folder(folder: str) -> Iterator[tuple[str, str]]:
     yield from _walk(children)
 
 
+def _walk_root(root: str) -> Iterator[tuple[str, str]]:
+    if os.path.exists(os.path.join(root, "zarr.json")) and not _is_array(root):
+        yield root, EPISODE
+        return
+    yield from _walk(_entries(root))
+
+
 def walk_root(root: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
     """Every entry under `root` that is an episode or should have been: (path, kind).
 
     A root that is itself an episode is its only entry.
     """
-    if os.path.exists(os.path.join(root, "zarr.json")) and not _is_array(str(root)):
-        yield Path(root), EPISODE
-        return
-    for path, kind in _walk(_entries(str(root))):
+    for path, kind in _walk_root(str(root)):
         yield Path(path), kind
 
 
@@ -186,10 +190,11 @@ def job_cache_dir(base: str | os.PathLike[str]) -> Path:
 def _fingerprint(roots: Sequence[Path]) -> list[list[Any]]:
     """Each candidate episode with the mtimes of its folder and its group metadata."""
     out = []
-    for root in roots:
-        for path in episode_dirs(root):
-            meta = os.stat(path / "zarr.json").st_mtime_ns
-            out.append([str(path), os.stat(path).st_mtime_ns, meta])
+    for root in roots:  # paths as strings: pathlib would be most of a cached resolve's time
+        for path, kind in _walk_root(str(root)):
+            if kind == EPISODE:
+                meta = os.stat(os.path.join(path, "zarr.json")).st_mtime_ns
+                out.append([path, os.stat(path).st_mtime_ns, meta])
     return out
 
 
@@ -311,15 +316,17 @@ def resolve_episodes(
     if cache is not None and cache.exists():
         cached = json.loads(cache.read_text())
         if cached["fingerprint"] == fingerprint:
-            found = [
-                EpisodeInfo(
-                    Path(e["path"]), e["hash"], e["embodiment"], e["total_frames"], e["attrs"]
-                )
-                for e in cached["episodes"]
-            ]
+            found, problems = [], []
             declarations = _Declarations()
-            problems = [(str(e.path), declarations.register(str(e.path), e.attrs)) for e in found]
-            problems = [(where, why) for where, why in problems if why]
+            for e in cached["episodes"]:
+                why = declarations.register(e["path"], e["attrs"])
+                if why:
+                    problems.append((e["path"], why))
+                found.append(
+                    EpisodeInfo(
+                        Path(e["path"]), e["hash"], e["embodiment"], e["total_frames"], e["attrs"]
+                    )
+                )
             if problems:
                 raise EpisodeValidationError(problems)
             _log_resolved(found, root_list, filters, "cached")

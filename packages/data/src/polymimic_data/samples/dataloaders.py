@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 import warnings
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Sequence, Sized
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, DistributedSampler
 
 from polymimic_data.samples.collate import collate_samples
+from polymimic_data.samples.episode_blocks import block_order, compact_episodes, worker_lanes
 
 if TYPE_CHECKING:
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -82,6 +83,7 @@ def _tune_worker(worker_id: int) -> None:
         # it would still fail the step, from its parent, before it is requeued.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
+
 class ShuffledOrder(DistributedSampler):
     """Every index once per pass, in an order drawn from (seed, epoch, cycle) alone.
 
@@ -101,6 +103,15 @@ class ShuffledOrder(DistributedSampler):
     the rest of a finished epoch). StatefulDataLoader snapshots it at every batch it hands
     out, so prefetched batches are not counted. It is a DistributedSampler so that
     Lightning keeps it rather than putting its own in under DDP.
+
+    Block order (opt-in, see episode_blocks): with `episodes` (the episode of each index)
+    and `episodes_per_block`, a pass permutes the episodes, takes them a block at a time
+    and the samples of a block in a permutation of their own; each rank takes a contiguous
+    share of that order (its own episodes, not a slice of every block), dealt into
+    `workers` lanes of `worker_batch_size` so that each loader worker walks its own span.
+    The state then also holds the block size and lanes of the pass it is in: a sampler
+    restored with other settings finishes that pass in its order and uses its own from the
+    next (also from a checkpoint of a uniformly shuffled pass).
     """
 
     def __init__(
@@ -111,6 +122,10 @@ class ShuffledOrder(DistributedSampler):
         rank: int | None = None,
         world_size: int | None = None,
         batch_size: int = 1,
+        episodes: Sequence[int] | np.ndarray | None = None,
+        episodes_per_block: int | None = None,
+        workers: int = 1,
+        worker_batch_size: int | None = None,
     ) -> None:
         distributed = dist.is_available() and dist.is_initialized()
         world_size = world_size or (dist.get_world_size() if distributed else 1)
@@ -122,20 +137,53 @@ class ShuffledOrder(DistributedSampler):
         self.cycle = 0
         self.drawn = 0
         self._continues = True  # the next iteration goes on with (epoch, cycle, drawn)
+        if episodes_per_block is not None and episodes is None:
+            raise ValueError("episodes_per_block needs the episode of each index (episodes=)")
+        if episodes_per_block is not None and episodes_per_block < 1:
+            raise ValueError(f"episodes_per_block must be >= 1, got {episodes_per_block}")
+        self._episodes = compact_episodes(episodes) if episodes is not None else None
+        if self._episodes is not None and len(self._episodes) != len(cast(Sized, data_source)):
+            raise ValueError(
+                f"episodes names {len(self._episodes)} samples, the dataset has "
+                f"{len(cast(Sized, data_source))}"
+            )
+        self.episodes_per_block = episodes_per_block
+        self.lanes = max(1, workers)
+        self.worker_batch_size = worker_batch_size or batch_size
+        self._pass = self._settings()  # (episodes_per_block or 0, lanes) of the current pass
+
+    def _settings(self) -> tuple[int, int]:
+        if self.episodes_per_block is None:
+            return 0, 1
+        return self.episodes_per_block, self.lanes
 
     def __len__(self) -> int:
         share = len(cast(Sized, self.dataset)) // self.num_replicas
         return share // self.batch_size * self.batch_size
+
+    def _mine(self) -> list[int]:
+        """The indices of the current pass that are this rank's, in order."""
+        rng = np.random.default_rng([self.seed, self.epoch, self.cycle])
+        per_block, lanes = self._pass
+        if not per_block:
+            order = rng.permutation(len(cast(Sized, self.dataset)))
+            return order[: len(self) * self.num_replicas][self.rank :: self.num_replicas].tolist()
+        if self._episodes is None:
+            raise ValueError(
+                "this state continues a pass in block order: the sampler needs episodes="
+            )
+        order = block_order(rng, self._episodes, per_block)
+        mine = order[self.rank * len(self) : (self.rank + 1) * len(self)]
+        return worker_lanes(mine, lanes, self.worker_batch_size).tolist()
 
     def __iter__(self) -> Iterator[int]:
         # A generator: this runs at the first index asked for, not when the iterator is made
         # (StatefulDataLoader makes some it never uses).
         if not self._continues:
             self.cycle, self.drawn = self.cycle + 1, 0
+            self._pass = self._settings()
         self._continues = False
-        key = [self.seed, self.epoch, self.cycle]
-        order = np.random.default_rng(key).permutation(len(cast(Sized, self.dataset)))
-        mine = order[: len(self) * self.num_replicas][self.rank :: self.num_replicas].tolist()
+        mine = self._mine()
         for index in mine[self.drawn :]:
             self.drawn += 1
             yield index
@@ -143,14 +191,22 @@ class ShuffledOrder(DistributedSampler):
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self.epoch, self.cycle, self.drawn = epoch, 0, 0
+            self._pass = self._settings()
             self._continues = True
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "cycle": self.cycle, "drawn": self.drawn}
+        state = {"epoch": self.epoch, "cycle": self.cycle, "drawn": self.drawn}
+        if self._pass[0]:
+            state |= {"episodes_per_block": self._pass[0], "lanes": self._pass[1]}
+        return state
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         self.epoch, self.cycle = int(state_dict["epoch"]), int(state_dict["cycle"])
         self.drawn = int(state_dict["drawn"])
+        self._pass = (
+            int(state_dict.get("episodes_per_block", 0)),
+            int(state_dict.get("lanes", 1)),
+        )
         self._continues = True
 
 
@@ -164,21 +220,38 @@ def make_dataloader(
     pin_memory: bool | None = None,
     drop_last: bool | None = None,
     seed: int = 0,
+    episodes_per_block: int | None = None,
 ) -> StatefulDataLoader:
     """A DataLoader of batches in the contract of DESIGN.md (see collate_samples).
 
     Shuffled, the order is `ShuffledOrder(dataset, seed)`; the workers' base seed comes from
     a generator of its own, seeded by `seed`, so iterating never consumes the global random
-    state.
+    state. `episodes_per_block` (shuffled only; the dataset must say which episode each
+    sample is of, as EpisodeDataset.sample_episodes does) shuffles by blocks of that many
+    episodes, dealt to the workers in lanes (see ShuffledOrder): for data sets of many
+    more episodes than a worker's episode cache holds.
     """
     loader = _stateful_dataloader()
     generator = torch.Generator().manual_seed(seed)
     drop_last = shuffle if drop_last is None else drop_last
+    blocks: dict[str, Any] = {}
+    if episodes_per_block is not None:
+        sample_episodes = getattr(dataset, "sample_episodes", None)
+        if not shuffle or sample_episodes is None:
+            raise ValueError(
+                "episodes_per_block needs shuffle=True and a dataset with sample_episodes()"
+            )
+        blocks = {
+            "episodes": sample_episodes(),
+            "episodes_per_block": episodes_per_block,
+            "workers": num_workers,
+            "worker_batch_size": batch_size,
+        }
     return loader(
         dataset,
         batch_size=batch_size,
         sampler=(
-            ShuffledOrder(dataset, seed, batch_size=batch_size if drop_last else 1)
+            ShuffledOrder(dataset, seed, batch_size=batch_size if drop_last else 1, **blocks)
             if shuffle
             else None
         ),

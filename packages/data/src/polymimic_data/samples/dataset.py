@@ -105,6 +105,18 @@ class EpisodeDataset(Dataset[Sample]):
     def __len__(self) -> int:
         return len(self._frames) if self._frames is not None else len(self._index)
 
+    @property
+    def episodes_opened(self) -> int:
+        """Episodes this process has opened so far (re-openings of evicted ones included)."""
+        return self._cache.opened
+
+    def sample_episodes(self) -> np.ndarray:
+        """The episode (its number in `episodes`) of every sample, in index order."""
+        if self._frames is not None:
+            return np.array([episode for episode, _ in self._frames], dtype=np.int64)
+        counts = [e.total_frames for e in self.episodes]
+        return np.repeat(np.arange(len(self.episodes), dtype=np.int64), counts)
+
     def locate(self, index: int) -> tuple[int, int]:
         if self._frames is not None:
             return self._frames[index]

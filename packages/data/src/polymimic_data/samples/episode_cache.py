@@ -41,6 +41,7 @@ class EpisodeCache:
         self._fixed_reference = fixed_reference
         self._capacity = capacity
         self._entries: OrderedDict[int, LoadedEpisode] = OrderedDict()
+        self.opened = 0  # episodes opened (read and checked) so far, re-openings included
 
     def get(self, episode: int) -> LoadedEpisode:
         entry = self._entries.get(episode)
@@ -48,6 +49,7 @@ class EpisodeCache:
             self._entries.move_to_end(episode)
             return entry
         info = self._episodes[episode]
+        self.opened += 1
         key = "*"
         try:
             reader = EpisodeReader(info.path)
