@@ -28,7 +28,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         pytest.fail(f"SLURM's programs are missing: {missing}; `{INSTALL}` (nox -s tests-slurm)")
     # slurmd keeps its spool under the folder: a short path (sockets have a length limit)
     root = Path(tmp_path_factory.mktemp("slurm"))
-    running = Cluster(root, cpus=4).start()  # two 2-task jobs at once
+    running = Cluster(root, cpus=6).start()  # three 2-task jobs at once
     try:
         yield running
     finally:

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -84,13 +85,12 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(last, map_location="cpu", weights_only=True)["state_dict"]
 
 
-@pytest.fixture(scope="module")
-def jobs(cluster: Cluster, job_env, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    tmp = Path(tmp_path_factory.mktemp("launch"))
+def _requeue_scenario(cluster: Cluster, env: dict[str, str], tmp: Path) -> dict:
+    """Two jobs from one multirun, one requeued by `scontrol` after its second checkpoint."""
     log = (tmp / "train-m.log").open("w")
     launcher = subprocess.Popen(
         _train("name=whole,requeued"),
-        env=job_env(tmp),
+        env=env,
         cwd=tmp,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -128,6 +128,26 @@ def jobs(cluster: Cluster, job_env, tmp_path_factory: pytest.TempPathFactory) ->
     return {"tmp": tmp, "whole": whole, "requeued": run_dir, "job": job, "restarts": restarts}
 
 
+@pytest.fixture(scope="module")
+def scenarios(cluster: Cluster, job_env, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Both scenarios at once (the cluster has room for their three jobs): a CI minute less."""
+    tmps = {n: Path(tmp_path_factory.mktemp(n)) for n in ("requeue", "limit")}
+    with ThreadPoolExecutor(2) as pool:
+        requeue = pool.submit(_requeue_scenario, cluster, job_env(tmps["requeue"]), tmps["requeue"])
+        limit = pool.submit(_time_limit_scenario, cluster, job_env(tmps["limit"]), tmps["limit"])
+        return {"requeue": requeue.result(), "limit": limit.result()}
+
+
+@pytest.fixture(scope="module")
+def jobs(scenarios) -> dict:
+    return scenarios["requeue"]
+
+
+@pytest.fixture(scope="module")
+def timed_out(scenarios) -> dict:
+    return scenarios["limit"]
+
+
 def test_the_requeued_job_was_really_requeued_and_resumed_in_its_run_directory(jobs) -> None:
     assert jobs["restarts"] == "1"
     record = json.loads((jobs["requeued"] / "run.json").read_text())
@@ -163,3 +183,86 @@ def test_each_job_has_its_own_cache_and_the_reaper_ran_once_per_node(jobs) -> No
     # one reap (two nvidia-smi queries) by the node's first task per start: the requeued
     # job started twice
     assert sorted(by_job.values()) == [["0"] * 2, ["0"] * 4], by_job
+
+
+def _elapsed_s(cluster: Cluster, job: str) -> int:
+    """How long the job has run, from `scontrol`'s RunTime ([d-]hh:mm:ss)."""
+    days, _, clock = cluster.job_field(job, "RunTime").rpartition("-")
+    h, m, s = (int(x) for x in clock.split(":"))
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + s
+
+
+SIGNAL_DELAY_S = 120
+
+
+def _time_limit_scenario(cluster: Cluster, env: dict[str, str], tmp: Path) -> dict:
+    """A job that reaches its time limit mid-run: Slurm sends the launcher's signal
+    (`--signal=USR2@signal_delay_s`) and submitit requeues it; the second life is watched
+    until it has checkpointed past where the first one stopped, then cancelled."""
+    log, job = (tmp / "train-m.log").open("w"), ""
+    launcher = subprocess.Popen(
+        _train(
+            "name=limited",
+            "trainer.max_steps=100000",  # far beyond the time limit
+            "trainer.val_check_interval=6",
+            "data.num_workers=0",
+            "callbacks.trajectory_video.every_n_validations=1000",
+            f"hydra.launcher.signal_delay_s={SIGNAL_DELAY_S}",
+        ),
+        env=env,
+        cwd=tmp,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _wait(lambda: _run_dir(tmp, "limited") is not None, 600, "the run directory", launcher)
+        run_dir = _run_dir(tmp, "limited")
+        assert run_dir is not None
+        checkpoints = run_dir / "checkpoints"
+        _wait(lambda: (checkpoints / "step000006.ckpt").exists(), 600, "a checkpoint", launcher)
+        job = _job_of_record(run_dir)
+        # Now cut the job's time limit so that the signal is due 10-70 s from now (Slurm
+        # keeps limits in minutes, and sends the signal by its own clock, up to ~30 s early)
+        minutes = -(-(_elapsed_s(cluster, job) + SIGNAL_DELAY_S + 10) // 60)
+        cluster.run("scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}")
+        # requeued, and done completing (an earlier StartTime=now is overwritten)
+        requeued = lambda: (  # noqa: E731
+            cluster.job_field(job, "Restarts") == "1"
+            and cluster.job_field(job, "JobState") == "PENDING"
+        )
+        _wait(requeued, 180, "the job requeued", launcher)
+        stopped_at = max(int(p.stem[4:]) for p in checkpoints.glob("step*.ckpt"))
+        # the second life may run as long as it needs; let it go at once
+        cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=30")
+        cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        beyond = checkpoints / f"step{stopped_at + 6:06d}.ckpt"
+        _wait(beyond.exists, 600, f"{beyond.name} in the second life", launcher)
+        record = json.loads((run_dir / "run.json").read_text())
+        rows = _rows(run_dir)
+    finally:
+        if job:
+            cluster.run("scancel", job, check=False)
+        launcher.kill()
+        launcher.wait()
+        log.close()
+    submitit_logs = "".join(
+        p.read_text() for p in (tmp / "runs").glob("*/multirun_*/.submitit/*/*_log.err")
+    ) + "".join(p.read_text() for p in (tmp / "runs").glob("*/multirun_*/.submitit/*/*_log.out"))
+    return {"dir": run_dir, "record": record, "rows": rows, "stopped_at": stopped_at,
+            "logs": submitit_logs, "tmp": tmp}  # fmt: skip
+
+
+def test_a_job_at_its_time_limit_is_signalled_requeued_and_resumes_in_its_directory(
+    timed_out,
+) -> None:
+    assert "Caught signal SIGUSR2" in timed_out["logs"]  # the launcher's signal, not a kill
+    assert timed_out["stopped_at"] >= 6
+    record = timed_out["record"]
+    assert record["state"] == "running"  # the second life, cancelled by the test
+    assert record["resumed_from"].endswith("last.ckpt")
+    jobs_dirs = [p.name for p in timed_out["dir"].parent.iterdir() if p.name.isdigit()]
+    assert jobs_dirs == [timed_out["dir"].name]  # the second life made no other
+    trained = [int(r["step"]) for r in timed_out["rows"] if r.get("train/loss")]
+    assert trained == sorted(set(trained)), "a step logged twice"
+    assert trained[:12] == list(range(12))

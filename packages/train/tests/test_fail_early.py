@@ -33,6 +33,10 @@ CASES = {
         "data.datasets.eva_bimanual.layout: 'joints' is not a layout of eva_bimanual; choose one",
     ),
     "name": (["name=my/run"], "name: letters, digits"),
+    "blocks": (
+        ["data.episodes_per_block=0"],
+        "data.episodes_per_block: must be a positive integer",
+    ),
 }
 
 

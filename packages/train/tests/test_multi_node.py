@@ -31,6 +31,7 @@ RUN = (
     f"trainer.num_nodes={NODES}",
     "data.synthetic.episodes=4",  # 2 validation episodes: one per node, no padding
     "data.synthetic.frames=24",
+    "data.episodes_per_block=2",  # the block shuffle, over the ranks of two nodes
 )
 # What a robot-learning cluster's nvidia-smi answers on a node with one idle GPU; it notes
 # each call, so the test sees on which nodes the stale-GPU reaper ran.
@@ -79,7 +80,7 @@ def two_nodes(tmp_path_factory, train_app, train_argv, train_environment) -> dic
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     # the episodes are generated once, before the job (as a cluster's data already is)
     made = train_app(
-        tmp, None, *RUN[-2:], "trainer.max_steps=1", "trainer.val_check_interval=1", "name=generate"
+        tmp, None, *RUN[-3:-1], "trainer.max_steps=1", "trainer.val_check_interval=1", "name=generate"
     )
     assert made.returncode == 0, made.stderr[-3000:]
     port, base = _free_port(), train_environment(tmp)

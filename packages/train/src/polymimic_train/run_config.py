@@ -31,7 +31,9 @@ _POSITIVE = (
     "trainer.log_every_n_steps",
     "trainer.accumulate_grad_batches",
     "callbacks.trajectory_video.max_frames",
+    "data.episodes_per_block",
 )
+_OPTIONAL = ("data.episodes_per_block",)  # null: off
 _NON_NEGATIVE = ("data.num_workers", "optim.warmup_steps", "data.video_episodes")
 _NORM_MODES = ("zscore", "minmax", "quantile")
 _RUN_NAME_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
@@ -44,8 +46,8 @@ def _number(cfg: DictConfig, key: str) -> Any:
 def _check_numbers(cfg: DictConfig) -> None:
     for key in _POSITIVE + _NON_NEGATIVE:
         value = _number(cfg, key)
-        if value is None and key.startswith("callbacks."):
-            continue  # that callback is switched off
+        if value is None and (key.startswith("callbacks.") or key in _OPTIONAL):
+            continue  # that callback, or that option, is switched off
         lowest = 1 if key in _POSITIVE else 0
         if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
             kind = "a positive integer" if lowest else "an integer >= 0"

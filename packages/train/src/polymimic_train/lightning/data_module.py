@@ -137,6 +137,7 @@ class EmbodimentDataModule(pl.LightningDataModule):
             num_workers=int(self.cfg["num_workers"]),
             pin_memory=type(accelerator).__name__ == "CUDAAccelerator",
             seed=zlib.crc32(f"{self.seed}:{name}".encode()),  # each embodiment its own order
+            episodes_per_block=self.cfg.get("episodes_per_block") if shuffle else None,
         )
 
     def batch_sizes(self) -> dict[str, int]:
