@@ -54,11 +54,13 @@ def _total_memory_mb() -> int:
 
 @dataclass
 class Cluster:
-    """One controller and one slurmd on this host, which may claim more CPUs than it has
-    (`config_overrides`), so that jobs run side by side on a small machine."""
+    """One controller and `nodes` slurmd daemons on this host, one per node (Debian's
+    slurmd runs several on one host, `slurmd -N <node>`), each of which may claim more
+    CPUs than the host has (`config_overrides`), so that jobs run side by side."""
 
     root: Path
     cpus: int = field(default_factory=lambda: os.cpu_count() or 1)
+    nodes: int = 1
     kill_wait_s: int = 2
     host: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -79,25 +81,29 @@ class Cluster:
     def write_conf(self) -> None:
         for sub in ("state", "spool", "log", "run", "munge"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        ctld_port, d_port = _free_ports(2)
-        memory = int(_total_memory_mb() * 0.8)
+        ctld_port, *node_ports = _free_ports(1 + self.nodes)
+        memory = int(_total_memory_mb() * 0.8 / self.nodes)
         r = self.root
+        nodes = "\n".join(
+            f"NodeName={name} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={port} "
+            f"CPUs={self.cpus} RealMemory={memory} State=UNKNOWN"
+            for name, port in zip(self.node_names, node_ports, strict=True)
+        )
         self.conf.write_text(
             f"""ClusterName=polymimic-test
 SlurmctldHost={self.host}
 SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket={self.munge_socket}
 CredType=cred/munge
 StateSaveLocation={r / "state"}
-SlurmdSpoolDir={r / "spool"}
+SlurmdSpoolDir={r / "spool"}/%n
 SlurmctldPidFile={r / "run" / "slurmctld.pid"}
-SlurmdPidFile={r / "run" / "slurmd.pid"}
+SlurmdPidFile={r / "run" / "slurmd-%n.pid"}
 SlurmctldLogFile={r / "log" / "slurmctld.log"}
-SlurmdLogFile={r / "log" / "slurmd.log"}
+SlurmdLogFile={r / "log" / "slurmd-%n.log"}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -113,8 +119,8 @@ MinJobAge=600
 InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=30
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={memory} State=UNKNOWN
-PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+{nodes}
+PartitionName=debug Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE State=UP
 """
         )
 
@@ -146,13 +152,31 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
         )
         self._wait(lambda: self.munge_socket.exists(), timeout_s, "munged's socket")
         self._start("slurmctld", [_program("slurmctld"), "-D", "-f", str(self.conf)])
-        self._start("slurmd", [_program("slurmd"), "-D", "-f", str(self.conf)])
-        self._wait(self._node_idle, timeout_s, f"node {self.host} idle in sinfo")
+        for node in self.node_names:
+            (self.root / "spool" / node).mkdir(parents=True, exist_ok=True)
+            self._start(node, [_program("slurmd"), "-D", "-f", str(self.conf), "-N", node])
+        self._wait(self._nodes_idle, timeout_s, f"nodes {self.node_names} idle in sinfo")
         return self
 
-    def _node_idle(self) -> bool:
-        out = self.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.strip()
-        return out == "idle"
+    def _own_job_processes(self) -> list[int]:
+        """Processes of this cluster's jobs (their environment names its slurm.conf)."""
+        mark = f"SLURM_CONF={self.conf}".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                if mark in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+        return found
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"node{i}" for i in range(self.nodes)]
+
+    def _nodes_idle(self) -> bool:
+        out = self.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.split()
+        return out == ["idle"] * self.nodes
 
     def _wait(self, ready, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
@@ -161,7 +185,9 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
                 if process.poll() is not None:
                     raise RuntimeError(f"{name} exited ({self.log(name)[-2000:]})")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no {what} after {timeout_s:.0f} s ({self.log('slurmd')})")
+                raise TimeoutError(
+                    f"no {what} after {timeout_s:.0f} s ({self.log('slurmd-node0')})"
+                )
             time.sleep(0.2)
 
     def log(self, name: str) -> str:
@@ -191,11 +217,17 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
         return ""
 
     def stop(self) -> None:
-        """Cancel what still runs, then end the daemons by pid (SIGTERM, then SIGKILL)."""
+        """Cancel what still runs, then end the daemons by pid (SIGTERM, then SIGKILL),
+        and any job step this cluster's slurmd left behind."""
         if self._processes.get("slurmctld") is not None:
             with contextlib.suppress(Exception):
                 self.run("scancel", "--full", "--user", "root", check=False)
-        for name in ("slurmd", "slurmctld", "munged"):
+                deadline = time.monotonic() + 15
+                while self.run("squeue", "-h", check=False).stdout.strip():
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.5)
+        for name in (*self.node_names, "slurmctld", "munged"):
             process = self._processes.pop(name, None)
             if process is None or process.poll() is not None:
                 continue
@@ -205,6 +237,9 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        for pid in self._own_job_processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for log in self._logs:
             log.close()
         self._logs.clear()

@@ -16,7 +16,7 @@ from .cluster import INSTALL, Cluster, missing_programs
 # What nvidia-smi answers on a node with one idle GPU; each call is noted, so a test sees
 # on which nodes (and how often) the stale-GPU reaper ran.
 FAKE_NVIDIA_SMI = """#!/bin/sh
-echo "$(hostname -s) $SLURM_JOB_ID $SLURM_PROCID" >> "$FAKE_NVIDIA_SMI_LOG"
+echo "$SLURMD_NODENAME $SLURM_JOB_ID $SLURM_PROCID" >> "$FAKE_NVIDIA_SMI_LOG"
 case "$*" in *query-gpu*) echo "0, GPU-fake" ;; esac
 """
 
@@ -28,7 +28,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         pytest.fail(f"SLURM's programs are missing: {missing}; `{INSTALL}` (nox -s tests-slurm)")
     # slurmd keeps its spool under the folder: a short path (sockets have a length limit)
     root = Path(tmp_path_factory.mktemp("slurm"))
-    running = Cluster(root, cpus=6).start()  # three 2-task jobs at once
+    # two nodes (two slurmd), room for the tests' four 2-task jobs at once
+    running = Cluster(root, cpus=5, nodes=2).start()
     try:
         yield running
     finally:
@@ -56,6 +57,9 @@ def job_env(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory):
                 f"{clean.get('PATH', '')}",
                 "FAKE_NVIDIA_SMI_LOG": str(tmp / "nvidia-smi.log"),
                 "PYTHONUNBUFFERED": "1",
+                # The nodes (node0, node1) are this host under names no resolver knows; on a
+                # real cluster Lightning finds the first node's address from SLURM_NODELIST.
+                "MASTER_ADDR": "127.0.0.1",
             }
         )
 

@@ -48,7 +48,10 @@ TIMING_COLUMNS = {"samples_per_s", "data_wait"}  # wall-clock figures: never equ
 
 
 def _train(*overrides: str) -> list[str]:
-    return [sys.executable, "-m", "polymimic_train", *RUN, *overrides]
+    """`train` with RUN's settings, `overrides` replacing those of the same key."""
+    keys = {o.partition("=")[0] for o in overrides}
+    kept = [o for o in RUN if o.partition("=")[0] not in keys]
+    return [sys.executable, "-m", "polymimic_train", *kept, *overrides]
 
 
 def _wait(ready, timeout_s: float, what: str, process: subprocess.Popen[str]) -> None:
@@ -128,14 +131,38 @@ def _requeue_scenario(cluster: Cluster, env: dict[str, str], tmp: Path) -> dict:
     return {"tmp": tmp, "whole": whole, "requeued": run_dir, "job": job, "restarts": restarts}
 
 
+def _two_node_scenario(cluster: Cluster, env: dict[str, str], tmp: Path) -> dict:
+    """The uninterrupted job again, as one task on each of two nodes (two slurmd)."""
+    with (tmp / "train-m.log").open("w") as log:
+        code = subprocess.run(
+            _train("name=two_nodes", "trainer.devices=1", "trainer.num_nodes=2"),
+            env=env,
+            cwd=tmp,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=900,
+        ).returncode
+    assert code == 0, (tmp / "train-m.log").read_text()[-4000:]
+    run_dir = _run_dir(tmp, "two_nodes")
+    assert run_dir is not None
+    return {"tmp": tmp, "dir": run_dir}
+
+
 @pytest.fixture(scope="module")
 def scenarios(cluster: Cluster, job_env, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Both scenarios at once (the cluster has room for their three jobs): a CI minute less."""
-    tmps = {n: Path(tmp_path_factory.mktemp(n)) for n in ("requeue", "limit")}
-    with ThreadPoolExecutor(2) as pool:
-        requeue = pool.submit(_requeue_scenario, cluster, job_env(tmps["requeue"]), tmps["requeue"])
-        limit = pool.submit(_time_limit_scenario, cluster, job_env(tmps["limit"]), tmps["limit"])
-        return {"requeue": requeue.result(), "limit": limit.result()}
+    """Every scenario at once (the cluster has room for their four jobs): CI minutes less."""
+    scenarios = {
+        "requeue": _requeue_scenario,
+        "limit": _time_limit_scenario,
+        "two_nodes": _two_node_scenario,
+    }
+    tmps = {n: Path(tmp_path_factory.mktemp(n)) for n in scenarios}
+    with ThreadPoolExecutor(len(scenarios)) as pool:
+        futures = {
+            n: pool.submit(run, cluster, job_env(tmps[n]), tmps[n]) for n, run in scenarios.items()
+        }
+        return {n: f.result() for n, f in futures.items()}
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +196,27 @@ def test_requeued_weights_and_metrics_equal_the_uninterrupted_job(jobs) -> None:
     trained = [int(r["step"]) for r in rows if r.get("train/loss")]
     assert sorted(trained) == list(range(STEPS)), trained  # every step once
     assert list((jobs["requeued"] / "metrics").glob("abandoned-*.csv"))
+
+
+def test_two_nodes_train_in_one_directory_like_one_node(scenarios) -> None:
+    """One task on each of two nodes: one run directory written by global rank 0, both
+    nodes in one world, and the validation of two tasks on one node. Not bit for bit:
+    the weights drift apart in the 4th digit within 24 steps (0.0790 against 0.0787 in
+    validation here), which this test bounds at 2% until the cause is found."""
+    two = scenarios["two_nodes"]
+    record = json.loads((two["dir"] / "run.json").read_text())
+    assert record["state"] == "finished" and record["steps"] == STEPS
+    assert [p.name for p in two["dir"].parent.iterdir() if p.name.isdigit()] == ["0"]
+    logs = "".join(p.read_text() for p in two["dir"].parent.glob(".submitit/*/*_log.out"))
+    for rank in (0, 1):
+        assert f"GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/2" in logs
+    ours = json.loads((two["dir"] / "summary.json").read_text())
+    theirs = json.loads((scenarios["requeue"]["whole"] / "summary.json").read_text())
+    assert ours["val_action_error"] == pytest.approx(theirs["val_action_error"], rel=0.02)
+    lines = filter(None, (two["tmp"] / "nvidia-smi.log").read_text().split("\n"))
+    calls = sorted((node, rank) for node, _job, rank in (line.split() for line in lines))
+    # the reaper ran on each node, by the node's first task (global ranks 0 and 1)
+    assert calls == [("node0", "0")] * 2 + [("node1", "1")] * 2, calls
 
 
 def test_each_job_has_its_own_cache_and_the_reaper_ran_once_per_node(jobs) -> None:
