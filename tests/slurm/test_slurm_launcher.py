@@ -14,6 +14,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import IO
 
 import pytest
 import torch
@@ -73,6 +74,23 @@ def _run_dir(tmp: Path, name: str) -> Path | None:
     return None
 
 
+def _launch(tmp: Path, env: dict[str, str], *overrides: str) -> tuple[subprocess.Popen, IO]:
+    """`train -m ...` started in `tmp`, its output into `tmp/train-m.log` (returned open)."""
+    log = (tmp / "train-m.log").open("w")
+    launcher = subprocess.Popen(
+        _train(*overrides), env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT, text=True
+    )
+    return launcher, log
+
+
+def _appearing_run_dir(tmp: Path, name: str, launcher: subprocess.Popen) -> Path:
+    """The run directory of the job named `name`, once its first task has made it."""
+    _wait(lambda: _run_dir(tmp, name) is not None, 600, f"the run directory of {name}", launcher)
+    run_dir = _run_dir(tmp, name)
+    assert run_dir is not None
+    return run_dir
+
+
 def _job_of_record(run_dir: Path) -> str:
     """The SLURM job (an array task's own id) that trains in `run_dir`."""
     return str(json.loads((run_dir / "run.json").read_text())["slurm_step"]).split(".")[0]
@@ -90,19 +108,9 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 def _requeue_scenario(cluster: Cluster, env: dict[str, str], tmp: Path) -> dict:
     """Two jobs from one multirun, one requeued by `scontrol` after its second checkpoint."""
-    log = (tmp / "train-m.log").open("w")
-    launcher = subprocess.Popen(
-        _train("name=whole,requeued"),
-        env=env,
-        cwd=tmp,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    launcher, log = _launch(tmp, env, "name=whole,requeued")
     try:
-        _wait(lambda: _run_dir(tmp, "requeued") is not None, 600, "the run directory", launcher)
-        run_dir = _run_dir(tmp, "requeued")
-        assert run_dir is not None
+        run_dir = _appearing_run_dir(tmp, "requeued", launcher)
         _wait(
             lambda: (run_dir / "checkpoints" / "step000012.ckpt").exists(),
             600,
@@ -247,26 +255,19 @@ def _time_limit_scenario(cluster: Cluster, env: dict[str, str], tmp: Path) -> di
     """A job that reaches its time limit mid-run: Slurm sends the launcher's signal
     (`--signal=USR2@signal_delay_s`) and submitit requeues it; the second life is watched
     until it has checkpointed past where the first one stopped, then cancelled."""
-    log, job = (tmp / "train-m.log").open("w"), ""
-    launcher = subprocess.Popen(
-        _train(
-            "name=limited",
-            "trainer.max_steps=100000",  # far beyond the time limit
-            "trainer.val_check_interval=6",
-            "data.num_workers=0",
-            "callbacks.trajectory_video.every_n_validations=1000",
-            f"hydra.launcher.signal_delay_s={SIGNAL_DELAY_S}",
-        ),
-        env=env,
-        cwd=tmp,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
+    job = ""
+    launcher, log = _launch(
+        tmp,
+        env,
+        "name=limited",
+        "trainer.max_steps=100000",  # far beyond the time limit
+        "trainer.val_check_interval=6",
+        "data.num_workers=0",
+        "callbacks.trajectory_video.every_n_validations=1000",
+        f"hydra.launcher.signal_delay_s={SIGNAL_DELAY_S}",
     )
     try:
-        _wait(lambda: _run_dir(tmp, "limited") is not None, 600, "the run directory", launcher)
-        run_dir = _run_dir(tmp, "limited")
-        assert run_dir is not None
+        run_dir = _appearing_run_dir(tmp, "limited", launcher)
         checkpoints = run_dir / "checkpoints"
         _wait(lambda: (checkpoints / "step000006.ckpt").exists(), 600, "a checkpoint", launcher)
         job = _job_of_record(run_dir)
