@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.embodiments.registry import VectorRecipe, get_embodiment
 from polymimic_data.episodes.resolver import EpisodeInfo
 from polymimic_data.geometry.layouts import Layout
 from polymimic_data.samples.collate import Sample
@@ -29,7 +29,13 @@ from polymimic_data.samples.faults import (
 )
 from polymimic_data.samples.jpeg_decode import decode_jpeg
 from polymimic_data.samples.sample_index import EpisodeIndex
-from polymimic_data.samples.windows import assemble, frames_of, prompt_at
+from polymimic_data.samples.windows import (
+    assemble,
+    copies_rows,
+    frames_of,
+    prompt_at,
+    row_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +101,27 @@ class EpisodeDataset(Dataset[Sample]):
         keys = sorted(set(self.recipe.state.keys) | set(self.recipe.actions.keys) | frame_keys)
         self._cache = EpisodeCache(self.episodes, keys, self._camera_reference, cache_episodes)
         self._last_offset = max(off for _, off in self.recipe.actions.entries)
+        # Window offsets from a sample's frame, made once (the same values every sample).
+        self._history_offsets = np.arange(1 - history, 1)
+        if action_window is None:
+            self._step_offsets = np.arange(horizon) * action_stride
+        else:
+            self._step_offsets = np.linspace(0.0, action_window - 1, horizon)
+        # Vectors that only copy rows (integer frames, no pose maths, a layout frame that
+        # does not move) are read as one index into a per-episode table of their rows
+        # (windows.row_table): table row 0 is frame + offsets.min() at frame 0.
+        self._state_rows = self._history_offsets - self._history_offsets.min()
+        self._action_rows = np.zeros(0, dtype=np.int64)
+        self._row_windows: dict[str, tuple[VectorRecipe, np.ndarray]] = {}
+        moving_frame = bool(frame) and not str(frame).startswith("camera:")
+        if action_window is None and not moving_frame:
+            self._action_rows = self._step_offsets - self._step_offsets.min()
+            for name, vector, offsets in (
+                ("state", self.recipe.state, self._history_offsets),
+                ("actions", self.recipe.actions, self._step_offsets),
+            ):
+                if copies_rows(self.recipe, vector):
+                    self._row_windows[name] = (vector, offsets)
         self._faults = EpisodeFaults(
             [e.hash for e in self.episodes],
             [e.total_frames for e in self.episodes],
@@ -124,10 +151,7 @@ class EpisodeDataset(Dataset[Sample]):
 
     def _windows(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
         """Frames of the state history and of the action steps (fractional when resampled)."""
-        history = frame + np.arange(1 - self.history, 1)
-        if self.action_window is not None:
-            return history, frame + np.linspace(0.0, self.action_window - 1, self.horizon)
-        return history, frame + np.arange(self.horizon) * self.action_stride
+        return frame + self._history_offsets, frame + self._step_offsets
 
     def _check_numeric(self, episode: int, frame: int, loaded: LoadedEpisode) -> None:
         if not loaded.bad:
@@ -178,13 +202,30 @@ class EpisodeDataset(Dataset[Sample]):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         self._check_numeric(episode, frame, loaded)
         n = self.episodes[episode].total_frames
-        history, steps = self._windows(frame)
         reference = self._reference(frame, loaded)
-        state = assemble(self.recipe, self.recipe.state, loaded.arrays, history, reference)
-        actions = assemble(self.recipe, self.recipe.actions, loaded.arrays, steps, reference)
+        tables = self._row_tables(loaded, n) if reference is None and 0 <= frame < n else {}
+        if "state" in tables:
+            state = tables["state"][frame + self._state_rows]
+        else:
+            history = frame + self._history_offsets
+            state = assemble(self.recipe, self.recipe.state, loaded.arrays, history, reference)
+        steps = frame + self._step_offsets
+        if "actions" in tables:
+            actions = tables["actions"][frame + self._action_rows]
+        else:
+            actions = assemble(self.recipe, self.recipe.actions, loaded.arrays, steps, reference)
         mask = steps + self._last_offset <= n - 1
         mask[0] = True  # the first step always exists: at the very end it repeats the last
         return state, actions, mask
+
+    def _row_tables(self, loaded: LoadedEpisode, n: int) -> dict[str, np.ndarray]:
+        """The episode's row tables (windows.row_table) of the vectors that only copy rows."""
+        tables = loaded.row_tables
+        if len(tables) != len(self._row_windows):
+            for name, (vector, offsets) in self._row_windows.items():
+                first, last = int(offsets.min()), n - 1 + int(offsets.max())
+                tables[name] = row_table(vector, loaded.arrays, first, last)
+        return tables
 
     def _build(self, index: int) -> Sample:
         episode, frame = self.locate(index)

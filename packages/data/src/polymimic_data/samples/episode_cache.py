@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,9 @@ class LoadedEpisode:
     annotations: list[dict[str, Any]]
     bad: dict[str, tuple[np.ndarray, list[str]]]  # key -> (bad per frame, reason per frame)
     fixed_reference: np.ndarray | None  # a layout frame that does not move (camera extrinsics)
+    # Built by the dataset on first use: per vector ("state", "actions"), its rows at every
+    # frame a window can read, where assembling a vector only copies rows (windows.row_table).
+    row_tables: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class EpisodeCache:

@@ -135,7 +135,11 @@ class VlenBytesArrayReader:
         file_index, item = divmod(i, self.layout.per_file)
         path = self._file(file_index)
         chunk, within = divmod(item, self.layout.per_chunk)
-        index = self._cached(file_index, lambda: self._shard_index(path))
+        index = self._index_cache.get(file_index)
+        if index is None:  # (the hit inline: this runs for every frame of every camera)
+            index = self._cached(file_index, lambda: self._shard_index(path))
+        else:
+            self._index_cache.move_to_end(file_index)
         offset, nbytes = index[chunk].tolist()
         if offset == MISSING:
             raise ChunkFileError(f"{path}: the frame is missing from its shard")
