@@ -79,9 +79,8 @@ def two_nodes(tmp_path_factory, train_app, train_argv, train_environment) -> dic
     smi.write_text(FAKE_NVIDIA_SMI)
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     # the episodes are generated once, before the job (as a cluster's data already is)
-    made = train_app(
-        tmp, None, *RUN[-3:-1], "trainer.max_steps=1", "trainer.val_check_interval=1", "name=generate"
-    )
+    once = ("trainer.max_steps=1", "trainer.val_check_interval=1", "name=generate")
+    made = train_app(tmp, None, *RUN[-3:-1], *once)
     assert made.returncode == 0, made.stderr[-3000:]
     port, base = _free_port(), train_environment(tmp)
     logs = [tmp / f"node{n}.log" for n in range(NODES)]
