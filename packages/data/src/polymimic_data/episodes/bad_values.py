@@ -13,6 +13,9 @@ NOT_DETECTED = 1e8  # human pipelines store missing detections as 1e9
 QUATERNION_TOLERANCE = 0.05
 
 
+_BAD_QUATERNION = "zero or non-unit quaternion"
+
+
 def frame_faults(key: str, values: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Per frame: is it bad, and why (vectorised over time). `values` is (T, D).
 
@@ -29,10 +32,12 @@ def frame_faults(key: str, values: np.ndarray) -> tuple[np.ndarray, list[str]]:
         with np.errstate(over="ignore", invalid="ignore"):
             norms = np.linalg.norm(clean[:, quaternion], axis=1)
         bad_quat = ~(np.abs(norms - 1.0) <= QUATERNION_TOLERANCE)
+    bad = nonfinite | sentinel | bad_quat
+    if not (nonfinite.any() or sentinel.any()):  # the common case, at each episode's open
+        return bad, [_BAD_QUATERNION] * len(values)
     reasons = np.where(
         nonfinite,
         "NaN or inf",
-        np.where(sentinel, "not-detected sentinel (1e9)", "zero or non-unit quaternion"),
+        np.where(sentinel, "not-detected sentinel (1e9)", _BAD_QUATERNION),
     )
-    bad = nonfinite | sentinel | bad_quat
     return bad, reasons.tolist()
