@@ -34,7 +34,6 @@ from polymimic_data.samples.windows import (
     copies_rows,
     frames_of,
     prompt_at,
-    row_table,
 )
 
 log = logging.getLogger(__name__)
@@ -107,14 +106,14 @@ class EpisodeDataset(Dataset[Sample]):
             self._step_offsets = np.arange(horizon) * action_stride
         else:
             self._step_offsets = np.linspace(0.0, action_window - 1, horizon)
-        # Vectors that only copy rows (integer frames, no pose maths, a layout frame that
-        # does not move) are read as one index into a per-episode table of their rows
-        # (windows.row_table): table row 0 is frame + offsets.min() at frame 0.
+        # Vectors that only copy rows (integer frames, no pose maths) are read, where a
+        # sample has no reference pose, as one index into a per-episode table of their
+        # rows (`assemble` over every frame a window can read, once): table row 0 is
+        # frame + offsets.min() at frame 0.
         self._state_rows = self._history_offsets - self._history_offsets.min()
         self._action_rows = np.zeros(0, dtype=np.int64)
         self._row_windows: dict[str, tuple[VectorRecipe, np.ndarray]] = {}
-        moving_frame = bool(frame) and not str(frame).startswith("camera:")
-        if action_window is None and not moving_frame:
+        if action_window is None:
             self._action_rows = self._step_offsets - self._step_offsets.min()
             for name, vector, offsets in (
                 ("state", self.recipe.state, self._history_offsets),
@@ -219,12 +218,15 @@ class EpisodeDataset(Dataset[Sample]):
         return state, actions, mask
 
     def _row_tables(self, loaded: LoadedEpisode, n: int) -> dict[str, np.ndarray]:
-        """The episode's row tables (windows.row_table) of the vectors that only copy rows."""
+        """Rows of the vectors that only copy rows, at every frame a window can read.
+
+        `assemble` over that range, once per episode: its rows do not depend on each other.
+        """
         tables = loaded.row_tables
         if len(tables) != len(self._row_windows):
             for name, (vector, offsets) in self._row_windows.items():
-                first, last = int(offsets.min()), n - 1 + int(offsets.max())
-                tables[name] = row_table(vector, loaded.arrays, first, last)
+                frames = np.arange(int(offsets.min()), n + int(offsets.max()))
+                tables[name] = assemble(self.recipe, vector, loaded.arrays, frames, None)
         return tables
 
     def _build(self, index: int) -> Sample:

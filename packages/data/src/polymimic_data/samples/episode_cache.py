@@ -25,7 +25,7 @@ class LoadedEpisode:
     bad: dict[str, tuple[np.ndarray, list[str]]]  # key -> (bad per frame, reason per frame)
     fixed_reference: np.ndarray | None  # a layout frame that does not move (camera extrinsics)
     # Built by the dataset on first use: per vector ("state", "actions"), its rows at every
-    # frame a window can read, where assembling a vector only copies rows (windows.row_table).
+    # frame a window can read, where assembling a vector only copies rows (windows.copies_rows).
     row_tables: dict[str, np.ndarray] = field(default_factory=dict)
 
 

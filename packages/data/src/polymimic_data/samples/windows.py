@@ -90,24 +90,6 @@ def copies_rows(recipe: LayoutRecipe, vector: VectorRecipe) -> bool:
     return True
 
 
-def row_table(
-    vector: VectorRecipe, arrays: dict[str, np.ndarray], first: int, last: int
-) -> np.ndarray:
-    """`assemble`'s rows for every integer frame first..last, where it only copies rows.
-
-    Row u - first is the row `assemble` makes at frame u (each key read at u + its offset,
-    clamped): a sample's window is then one fancy index into this table, row for row the
-    same values. The table is about as large as the vector's arrays themselves.
-    """
-    frames = np.arange(first, last + 1)
-    parts = []
-    for key, offset in vector.entries:
-        values = arrays[key]
-        rows = np.minimum(np.maximum(frames + offset, 0), len(values) - 1)
-        parts.append(values[rows].reshape(len(frames), -1))
-    return np.concatenate(parts, axis=1, dtype=np.float32)
-
-
 def prompt_at(annotations: list[dict[str, Any]], frame: int) -> str:
     """The text of the first span [start_idx, end_idx) covering `frame`, else ""."""
     for span in annotations:
