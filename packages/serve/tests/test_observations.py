@@ -89,13 +89,14 @@ def test_a_camera_map_may_name_top_level_keys_as_droid_sends_them(tiny_policy, o
         ),
         (
             lambda o: o | {"images": {"cam_high": o["images"]["cam_high"].astype(np.float32)}},
-            r"images\['cam_high'\]: uint8 \(3, H, W\) or \(H, W, 3\), got float32 \(3, 48, 64\)",
+            r"images\[.cam_high.\]: uint8 \(3, H, W\) or \(H, W, 3\), "
+            r"got float32 array \(3, 48, 64\)",
         ),
         (
             lambda o: o | {"images": {"cam_high": np.zeros((48, 64), np.uint8)}},
-            r"images\['cam_high'\]: uint8 .* got uint8 \(48, 64\)",
+            r"images\['cam_high'\]: uint8 .* got uint8 array \(48, 64\)",
         ),
-        (lambda o: o | {"images": [1, 2]}, "images: a map of camera -> image, got list"),
+        (lambda o: o | {"images": [1, 2]}, "images: a map of camera -> image, got a list of 2"),
         (lambda o: o | {"prompt": 3}, "prompt: a string, got int"),
         (lambda o: o | {"reset": "yes"}, "reset: true or false"),
         (
@@ -104,13 +105,35 @@ def test_a_camera_map_may_name_top_level_keys_as_droid_sends_them(tiny_policy, o
         ),
         (
             lambda o: o | {"rtc": {"actions": np.zeros((4, 16)), "delay": 1.5}},
-            "rtc.delay: an integer, got 1.5",
+            "rtc.delay: an integer, got float 1.5",
         ),
         (
             lambda o: o | {"rtc": {"actions": np.zeros((4, 3)), "delay": 1}},
             r"rtc.actions: float \(P, 16\)",
         ),
         (lambda o: [o], "observation: a map of keys"),
+        # each of these used to escape as a ValueError/TypeError/OverflowError (close 1011)
+        (lambda o: o | {"state": [[1.0, 2.0], [3.0]]}, "state: .* got a ragged or non-numeric"),
+        (lambda o: o | {"state": [[[[[0.0]]]]]}, r"state: shape .*got \(1, 1, 1, 1, 1\)"),
+        (lambda o: o | {"state": np.full(16, 1e300)}, "state: every value must be finite"),
+        (lambda o: o | {"rtc": {"actions": "abc", "delay": 1}}, r"rtc.actions: .*got str 'abc'"),
+        (lambda o: o | {"rtc": {"actions": {"a": 1}, "delay": 1}}, "rtc.actions: .*a dict of 1"),
+        (
+            lambda o: o | {"rtc": {"actions": [[1.0], [1.0, 2.0]], "delay": 1}},
+            "rtc.actions: .*ragged",
+        ),
+        (
+            lambda o: o | {"reset": "y" * 100_000},
+            r"reset: true or false, got str 'yyy.*characters\)$",
+        ),
+        (
+            lambda o: o | {"images": {"cam_high": np.zeros((3, 1_000_000, 1), np.uint8)}},
+            r"images\['cam_high'\]: a frame of 1000000x1; .* up to 3840",
+        ),
+        (
+            lambda o: o | {"images": {"cam_high": np.zeros((3, 3000, 3000), np.uint8)}},
+            r"images\['cam_high'\]: .*pixels",
+        ),
     ],
 )
 def test_a_bad_observation_is_named_and_leaves_the_history_as_it_was(
@@ -119,9 +142,10 @@ def test_a_bad_observation_is_named_and_leaves_the_history_as_it_was(
     reader, history = ObservationReader(tiny_policy, ALOHA), StateHistory(2)
     reader.read(observation(0), history)
     before = history.states.copy()
-    with pytest.raises(ObservationError, match=message):
+    with pytest.raises(ObservationError, match=message) as caught:
         reader.read(change(observation(1)), history)
     np.testing.assert_array_equal(history.states, before)
+    assert len(str(caught.value)) < 400  # nothing a client sent is quoted whole
 
 
 def test_rtc_is_refused_for_a_policy_that_cannot_inpaint(regression_export, observation) -> None:

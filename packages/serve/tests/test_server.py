@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosedError, InvalidStatus
 from websockets.sync.client import connect
 
 from polymimic_serve import (
@@ -21,6 +23,7 @@ from polymimic_serve import (
     load_policy,
     make_executor,
 )
+from polymimic_serve.trained_policy import NonFiniteActions
 from polymimic_serve.wire import packb, unpackb
 
 ALOHA = {"cam_high": "front_1"}
@@ -78,6 +81,14 @@ def test_every_bad_input_gets_one_text_frame_and_the_connection_goes_on(
         packb({**good, "images": {"cam_high": good["images"]["cam_high"].astype(np.int16)}}),
         b"\x93\xc1\xff garbage",  # no msgpack at all
         "a text frame",
+        # each of these used to close the connection (1011) or answer hundreds of MB
+        msgpack.packb({"reset": {b"__npgeneric__": True, b"data": b"", b"dtype": "|V99999999"}}),
+        packb({"__ctrl__": {b"__npgeneric__": True, b"data": b"x" * 64, b"dtype": "|V64"}}),
+        packb({**good, "state": [[1.0, 2.0], [3.0]]}),
+        packb({**good, "rtc": {"actions": "abc", "delay": 1}}),
+        packb({**good, "state": np.full(16, 1e300)}),  # finite float64, inf as float32
+        b"\x91" * 5000 + b"\x01",  # nested 5000 deep
+        packb({**good, "images": {"cam_high": np.zeros((3, 1_000_000, 1), np.uint8)}}),
     ]
     expected = [
         "images: no image for the policy's camera ['front_1']",
@@ -85,6 +96,13 @@ def test_every_bad_input_gets_one_text_frame_and_the_connection_goes_on(
         "images['cam_high']: uint8 (3, H, W) or (H, W, 3), got int16",
         "not a msgpack message",
         "a binary msgpack frame, got a text frame",
+        "dtype a short numpy dtype string",
+        "unsupported dtype |V64",
+        "state: a float array (16,) or (2, 16), got a ragged or non-numeric list",
+        "rtc.actions: a float array (P, 16), got str 'abc'",
+        "state: every value must be finite",
+        "maps and lists nested deeper than 8",
+        "a frame of 1000000x1",
     ]
     with serving(tiny_policy) as running:
         with connect(running.url, compression=None, max_size=None) as raw:
@@ -93,6 +111,7 @@ def test_every_bad_input_gets_one_text_frame_and_the_connection_goes_on(
                 raw.send(message)
                 reply = raw.recv()
                 assert isinstance(reply, str) and words in reply, reply
+                assert len(reply) < 400
                 raw.send(packb(good))  # and the next good observation is answered
                 assert unpackb(raw.recv())["actions"].shape == (8, 16)
         with PolicyClient(running.url) as client:  # the client raises it as openpi's does
@@ -112,6 +131,57 @@ def test_four_cameras_at_480x640_are_not_capped(tiny_policy, observation) -> Non
         assert client.infer(sent)["actions"].shape == (8, 16)
 
 
+def test_a_message_over_the_cap_is_closed_with_1009_before_it_is_held(
+    tiny_policy, observation
+) -> None:
+    with serving(tiny_policy, max_message_bytes=1 << 20) as running:
+        assert running.server.limits.max_message_bytes == 1 << 20
+        with connect(running.url, compression=None, max_size=None) as raw:
+            unpackb(raw.recv())
+            raw.send(packb({**observation(), "pad": np.zeros(2 << 20, np.uint8)}))
+            with pytest.raises(ConnectionClosedError) as closed:
+                raw.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+        with PolicyClient(running.url) as client:  # the server goes on for everyone else
+            assert client.infer(observation())["actions"].shape == (8, 16)
+    # the default cap is room for four frames at 1080x1920 (the policy has one camera)
+    with serving(tiny_policy) as running:
+        assert running.server.limits.max_message_bytes == 4 * 1080 * 1920 * 3 + (1 << 20)
+
+
+def test_an_observation_that_makes_the_model_non_finite_is_an_error_and_is_forgotten(
+    regression_export: Path, observation
+) -> None:
+    """A finite float32 state of 1e30 overflows inside the model: all-NaN actions, which used
+    to go out as a normal reply and stay in the history (the next reply NaN too)."""
+    policy = load_policy(regression_export)
+    first, bad, second = observation(0), observation(1), observation(2)
+    bad["state"] = np.full(16, 1e30, np.float32)
+    local = LocalPolicy(policy, ALOHA)
+    with pytest.raises(NonFiniteActions, match="not finite"):  # predict itself refuses
+        policy.predict(
+            {
+                "images": {"front_1": bad["images"]["cam_high"]},
+                "state": np.stack([bad["state"]] * 2),
+            }
+        )
+    with serving(policy) as running, PolicyClient(running.url) as client:
+        client.infer(first)
+        with pytest.raises(RuntimeError, match="actions are not finite"):
+            client.infer(bad)
+        after_bad = client.infer(second)["actions"]
+    with serving(policy) as running, PolicyClient(running.url) as client:
+        client.infer(first)
+        expected = client.infer(second)["actions"]
+    assert np.isfinite(after_bad).all()
+    np.testing.assert_allclose(after_bad, expected, rtol=1e-5, atol=1e-6)
+    # in process, LocalPolicy holds the same rules
+    local.infer(first)
+    with pytest.raises(ValueError, match="actions are not finite"):
+        local.infer(bad)
+    np.testing.assert_allclose(local.infer(second)["actions"], expected, rtol=1e-5, atol=1e-6)
+
+
 def test_healthz_answers_200_and_a_wrong_key_401_before_any_model_work(
     tiny_policy, observation
 ) -> None:
@@ -126,6 +196,29 @@ def test_healthz_answers_200_and_a_wrong_key_401_before_any_model_work(
         assert running.server.batcher is not None and running.server.batcher.batch_sizes == []
         with PolicyClient(running.url, api_key="sesame") as client:
             assert client.infer(observation())["actions"].shape == (8, 16)
+
+
+def test_two_authorization_headers_get_401_and_a_guessing_address_429(tiny_policy, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="polymimic_serve")
+
+    def status(running: RunningServer, headers: list[tuple[str, str]]) -> int:
+        try:
+            with connect(running.url, additional_headers=headers):
+                return 101
+        except InvalidStatus as refused:
+            return refused.response.status_code
+
+    key = ("Authorization", "Api-Key sesame")
+    with serving(tiny_policy, api_key="sesame") as running:
+        assert status(running, [key, key]) == 401  # was a 500 with a traceback
+        assert status(running, [key, ("Authorization", "Api-Key wrong")]) == 401
+        assert status(running, [key]) == 101
+        for _ in range(3):
+            assert status(running, [("Authorization", "Api-Key guess")]) == 401
+        assert status(running, [("Authorization", "Api-Key guess")]) == 429  # the 6th refusal
+        assert status(running, [key]) == 429  # this address waits, right key or not
+    refused = [r for r in caplog.records if r.getMessage().startswith("refused 127.0.0.1")]
+    assert len(refused) == 1  # one line for the burst, not one per attempt
 
 
 def test_keepalive_pings_are_answered_while_a_slow_inference_runs(tiny_policy, observation) -> None:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from polymimic_serve.wire import WireError, packb, unpackb
+from polymimic_serve.wire import WireError, WireLimits, brief, packb, unpackb
 
 DTYPES = st.sampled_from(["<f4", "<f8", "|u1", "<i8", "<i4", "|b1", "<f2", "<u2"])
 
@@ -55,7 +55,7 @@ def test_object_void_and_complex_arrays_are_refused(value: np.ndarray) -> None:
         (packb({"a": 1}) + b"\x00", "not a msgpack message"),
         (
             msgpack.packb({b"__ndarray__": True, b"data": b"abc", b"dtype": "<f4", b"shape": [9]}),
-            "describes no array",
+            "needs 36 bytes of data, got 3 bytes",
         ),
         (
             msgpack.packb({b"__ndarray__": True, b"data": b"", b"dtype": "|O", b"shape": [0]}),
@@ -66,3 +66,60 @@ def test_object_void_and_complex_arrays_are_refused(value: np.ndarray) -> None:
 def test_bytes_that_are_no_message_are_named(data: bytes, message: str) -> None:
     with pytest.raises(WireError, match=message):
         unpackb(data)
+
+
+def _array(dtype: str, shape: list[int], data: bytes) -> dict[bytes, object]:
+    return {b"__ndarray__": True, b"data": data, b"dtype": dtype, b"shape": shape}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        # a 48-byte message that used to unpack into a 128 MB void value
+        ({b"__npgeneric__": True, b"data": b"", b"dtype": "|V134217728"}, "dtype a short"),
+        ({b"__npgeneric__": True, b"data": b"x" * 16, b"dtype": "|V16"}, "unsupported dtype"),
+        ({b"__npgeneric__": True, b"data": 1, b"dtype": "<c16"}, "unsupported dtype"),
+        (_array("|V8", [1], b"\x00" * 8), "unsupported dtype"),
+        (_array("<f4", [2], b"\x00" * 12), "needs 8 bytes of data, got 12 bytes"),  # was accepted
+        (_array("<f4", [-1], b""), "shape a list of at most 8 sizes"),
+        (_array("<f4", [1] * 9, b"\x00" * 4), "shape a list of at most 8 sizes"),
+        (_array("<f4", [1 << 40], b""), "at most"),
+        ({b"__npgeneric__": True, b"data": 1 << 40, b"dtype": "<i4"}, "cannot hold"),
+        ({b"__npgeneric__": True, b"data": "text", b"dtype": "<f4"}, "data a number"),
+    ],
+)
+def test_what_no_observation_needs_is_refused_before_it_is_built(
+    value: dict, message: str
+) -> None:
+    data = msgpack.packb({"reset": value}, use_bin_type=True)
+    assert len(data) < 200
+    with pytest.raises(WireError, match=message) as caught:
+        unpackb(data)
+    assert len(str(caught.value)) < 300
+
+
+def test_nesting_items_and_strings_are_bounded() -> None:
+    limits = WireLimits(max_items=100, max_str_bytes=10, max_depth=4)
+    deep: object = 1
+    for _ in range(5):
+        deep = [deep]
+    with pytest.raises(WireError, match="nested deeper than 4"):
+        unpackb(msgpack.packb(deep), limits)
+    assert unpackb(msgpack.packb([[[1]]]), limits) == [[[1]]]
+    very_deep = b"\x91" * 100_000 + b"\x01"  # msgpack's own recursion limit
+    with pytest.raises(WireError, match="nested deeper than 8"):
+        unpackb(very_deep)
+    with pytest.raises(WireError, match="more than 100 list items"):
+        unpackb(msgpack.packb([list(range(60)), list(range(60))]), limits)
+    with pytest.raises(WireError, match="not a msgpack message"):
+        unpackb(msgpack.packb("x" * 11), limits)
+    with pytest.raises(WireError, match="a message of 11 bytes; at most 10"):
+        unpackb(b"\x00" * 11, WireLimits(max_message_bytes=10))
+
+
+def test_an_error_text_quotes_a_client_value_briefly() -> None:
+    assert brief("x" * 10_000).endswith("(10002 characters)")
+    assert len(brief("x" * 10_000)) < 100
+    assert brief(np.zeros((3, 4), np.float32)) == "float32 array (3, 4)"
+    assert brief(b"\x00" * 10**6) == "1000000 bytes"
+    assert brief({"a": 1}) == "a dict of 1"

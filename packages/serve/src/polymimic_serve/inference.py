@@ -16,7 +16,9 @@ import numpy as np
 import torch
 
 from polymimic_serve.observations import ObservationReader, Request, StateHistory, stack
-from polymimic_serve.trained_policy import TrainedPolicy
+from polymimic_serve.trained_policy import NonFiniteActions, TrainedPolicy
+
+Result = np.ndarray | NonFiniteActions  # one request's chunk, or why it has none
 
 
 class PolicyRunner:
@@ -30,11 +32,13 @@ class PolicyRunner:
         self,
         requests: Sequence[Request],
         generators: Sequence[torch.Generator] | None = None,
-    ) -> tuple[list[np.ndarray], float]:
+    ) -> tuple[list[Result], float]:
         """One chunk (T, A) float32 per request, and the milliseconds the batch took.
 
-        `generators`: one per request, to draw its noise from instead of the runner's own
-        (a caller that wants each stream's chunks independent of how requests are batched).
+        A request whose chunk is not finite gets a NonFiniteActions instead (the others in
+        its batch are answered). `generators`: one per request, to draw its noise from
+        instead of the runner's own (a caller that wants each stream's chunks independent
+        of how requests are batched).
         """
         start = time.perf_counter()
         batch, continuations = stack(list(requests))
@@ -47,8 +51,18 @@ class PolicyRunner:
             )
         else:
             noise = torch.stack([torch.randn(shape, generator=g) for g in generators])
-        out = self.policy.predict_batch(batch, noise=noise, continuations=continuations)
-        return list(out["actions"]), (time.perf_counter() - start) * 1e3
+        try:
+            chunks: list[Result] = list(
+                self.policy.predict_batch(batch, noise=noise, continuations=continuations)[
+                    "actions"
+                ]
+            )
+        except NonFiniteActions as bad:
+            chunks = [
+                chunk if good else NonFiniteActions(chunk[None], np.zeros(1, bool))
+                for chunk, good in zip(bad.actions, bad.finite, strict=True)
+            ]
+        return chunks, (time.perf_counter() - start) * 1e3
 
 
 class LocalPolicy:
@@ -73,10 +87,19 @@ class LocalPolicy:
     def infer(self, observation: Mapping[str, Any]) -> dict[str, Any]:
         """`{"actions": float32 (T, A), "policy_timing": {"infer_ms": ...}}` for one observation.
 
-        Raises ObservationError (a ValueError) naming the key of a bad observation.
+        Raises ObservationError (a ValueError) naming the key of a bad observation, and
+        NonFiniteActions (a ValueError) when the policy's chunk is not finite; either way the
+        state history is as it was before this observation.
         """
         request = self.reader.read(observation, self.history)
-        (actions,), infer_ms = self.runner.run([request])
+        try:
+            (actions,), infer_ms = self.runner.run([request])
+        except BaseException:
+            self.history.undo(request)
+            raise
+        if isinstance(actions, NonFiniteActions):
+            self.history.undo(request)
+            raise actions
         return {"actions": actions, "policy_timing": {"infer_ms": infer_ms}}
 
     def reset(self) -> None:

@@ -5,15 +5,24 @@ On connect the server sends one binary msgpack frame of metadata (a dict, see
 reply, `{"actions": float32 (T, A) in the data's units, "policy_timing": {"infer_ms"},
 "server_timing": {"infer_ms", "prev_total_ms"}}`. A bad observation gets one text frame
 naming the key and what was expected (openpi's client raises it as RuntimeError), and the
-connection goes on. openpi's `__ctrl__` messages (episode_start, episode_end) and
-`reset: true` restart the client's state history; so does a new connection.
+connection goes on: every error on a connection is answered so, and only a protocol
+violation (e.g. a message over the size cap: close code 1009) closes it, with a reason.
+openpi's `__ctrl__` messages (episode_start, episode_end) and `reset: true` restart the
+client's state history; so does a new connection.
 
-One model serves every client: their requests queue for one inference thread, and with
-`max_batch` > 1 the requests waiting together run as one batch. Inference and image
-resizing run off the event loop, so keep-alive pings are answered during a slow call.
-Messages have no size cap (four 480x640 cameras are 3.7 MB). `GET /healthz` answers 200.
-With `api_key`, a connection without `Authorization: Api-Key <key>` gets 401 before any
-model work. It binds 127.0.0.1 unless told otherwise.
+What reaches a robot is finite: a chunk that is not is an error reply, and the observation
+that caused it leaves the state history as it was.
+
+One model serves every client: the requests waiting together run as one batch (up to
+`max_batch`, 8 by default). Reading messages, resizing images and inference run off the
+event loop, so keep-alive pings are answered during a slow call. A message is capped at
+`max_message_bytes` (by default room for max(4, the policy's cameras) frames at 1080x1920,
+plus 1 MiB), refused by the websocket layer before its bytes are held; what it holds is
+bounded by `WireLimits` (see wire) and each frame by the reader's pixel bounds.
+`GET /healthz` answers 200. With `api_key`, a connection without exactly one
+`Authorization: Api-Key <key>` header gets 401 before any model work, and an address that
+keeps failing gets 429 for a while (`AuthThrottle`). It binds 127.0.0.1 unless told
+otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import hmac
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
@@ -36,18 +46,79 @@ from websockets.http11 import Response
 
 from polymimic_serve.inference import PolicyRunner
 from polymimic_serve.observations import ObservationError, ObservationReader, Request, StateHistory
-from polymimic_serve.trained_policy import TrainedPolicy
-from polymimic_serve.wire import WireError, packb, unpackb
+from polymimic_serve.trained_policy import NonFiniteActions, TrainedPolicy
+from polymimic_serve.wire import BRIEF, WireError, WireLimits, packb, unpackb
 
 logger = logging.getLogger("polymimic_serve")
 
 Result = tuple[np.ndarray, float]  # a chunk and the milliseconds its batch took
+FRAME_BYTES = 1080 * 1920 * 3  # one camera frame at a generous resolution
+DEFAULT_MAX_BATCH = 8
+
+
+def wire_limits(policy: TrainedPolicy, max_message_bytes: int | None = None) -> WireLimits:
+    """What one message to a server of `policy` may hold (see the module docstring)."""
+    cameras = max(4, len(policy.cameras))
+    size = max_message_bytes or cameras * FRAME_BYTES + (1 << 20)
+    numbers = policy.horizon * (policy.layout.dim + 1)  # an rtc chunk sent as lists
+    return WireLimits(
+        max_message_bytes=size,
+        max_array_elements=size,
+        max_items=max(4096, 4 * numbers),
+        max_str_bytes=1 << 16,
+        max_depth=8,
+    )
+
+
+class AuthThrottle:
+    """Failed api-key attempts per client address: `burst` within `window` s, then 429.
+
+    One log line per burst of refusals from an address, not one per attempt.
+    """
+
+    def __init__(
+        self, burst: int = 5, window: float = 10.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.burst, self.window, self.clock = burst, window, clock
+        self.failures: dict[str, deque[float]] = {}
+        self.unlogged: dict[str, int] = {}
+
+    def _recent(self, address: str) -> deque[float]:
+        now, times = self.clock(), self.failures.setdefault(address, deque())
+        while times and now - times[0] > self.window:
+            times.popleft()
+        return times
+
+    def wait_s(self, address: str) -> float:
+        """Seconds `address` must wait before its key is looked at again (0: go ahead)."""
+        times = self._recent(address)
+        if len(times) < self.burst:
+            if not times:
+                del self.failures[address]  # keep the table to addresses that fail now
+            return 0.0
+        return max(0.0, self.window - (self.clock() - times[0]))
+
+    def failed(self, address: str) -> None:
+        """Count a refusal; log the first of a burst (with how many went unlogged before)."""
+        times = self._recent(address)
+        if not times:
+            before = self.unlogged.pop(address, 0)
+            logger.warning(
+                "refused %s: no or a wrong api key%s (further refusals from it within %g s "
+                "are counted, not logged)",
+                address,
+                f"; {before} more refused before" if before else "",
+                self.window,
+            )
+        else:
+            self.unlogged[address] = self.unlogged.get(address, 0) + 1
+        times.append(self.clock())
 
 
 class Batcher:
     """Requests from every client, run one batch at a time on one inference thread."""
 
-    def __init__(self, runner: PolicyRunner, max_batch: int = 1) -> None:
+    def __init__(self, runner: PolicyRunner, max_batch: int = DEFAULT_MAX_BATCH) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch: a positive integer, got {max_batch}")
         self.runner, self.max_batch = runner, max_batch
@@ -83,7 +154,11 @@ class Batcher:
                         future.set_exception(exc)
                 continue
             for (_, future), chunk in zip(items, chunks, strict=True):
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(chunk, NonFiniteActions):
+                    future.set_exception(chunk)
+                else:
                     future.set_result((chunk, ms))
 
 
@@ -99,28 +174,41 @@ class PolicyServer:
         host: str = "127.0.0.1",
         port: int = 8000,
         api_key: str | None = None,
-        max_batch: int = 1,
+        max_batch: int = DEFAULT_MAX_BATCH,
         seed: int = 0,
+        max_message_bytes: int | None = None,
     ) -> None:
         self.reader = ObservationReader(policy, dict(camera_map or {}), state_key)
         self.metadata = self.reader.metadata()
         self.runner = PolicyRunner(policy, seed)
+        self.limits = wire_limits(policy, max_message_bytes)
         self.host, self.port, self.api_key, self.max_batch = host, port, api_key, max_batch
         self.batcher: Batcher | None = None
+        self.throttle = AuthThrottle()
 
     def _process_request(
         self, connection: ServerConnection, request: HTTPRequest
     ) -> Response | None:
         if request.path == "/healthz":
             return connection.respond(HTTPStatus.OK, "OK\n")
-        if self.api_key is not None:
-            sent = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(sent.encode(), f"Api-Key {self.api_key}".encode()):
-                logger.warning("refused %s: no or a wrong api key", connection.remote_address)
-                return connection.respond(
-                    HTTPStatus.UNAUTHORIZED, "send the header Authorization: Api-Key <key>\n"
-                )
-        return None
+        if self.api_key is None:
+            return None
+        address = str(connection.remote_address[0]) if connection.remote_address else "?"
+        wait = self.throttle.wait_s(address)
+        if wait > 0:
+            response = connection.respond(
+                HTTPStatus.TOO_MANY_REQUESTS, "too many refused api keys; try again later\n"
+            )
+            response.headers["Retry-After"] = str(int(wait) + 1)
+            return response
+        sent = request.headers.get_all("Authorization")
+        expected = f"Api-Key {self.api_key}".encode()
+        if len(sent) == 1 and hmac.compare_digest(sent[0].encode(errors="replace"), expected):
+            return None
+        self.throttle.failed(address)
+        return connection.respond(
+            HTTPStatus.UNAUTHORIZED, "send one header Authorization: Api-Key <key>\n"
+        )
 
     async def _handle(self, connection: ServerConnection) -> None:
         assert self.batcher is not None
@@ -145,23 +233,39 @@ class PolicyServer:
         logger.info("client %s left", connection.remote_address)
 
     async def _answer(self, message: str | bytes, history: StateHistory) -> dict[str, Any] | str:
-        """The reply to one message: a dict, or the text of an error."""
+        """The reply to one message: a dict, or the text of an error (never an exception)."""
         assert self.batcher is not None
         if isinstance(message, str):
             return "observation: a binary msgpack frame, got a text frame"
         try:
-            observation = unpackb(message)
-            if isinstance(observation, dict) and "__ctrl__" in observation:
-                history.reset()  # episode_start / episode_end: a new episode either way
-                return {"ok": True, "ctrl": str(observation["__ctrl__"])}
-            request = await asyncio.to_thread(self.reader.read, observation, history)
+            request = await asyncio.to_thread(self._read, message, history)
         except (WireError, ObservationError) as exc:
             return str(exc)
+        except Exception as exc:  # a bug of ours: the client still gets its text frame
+            logger.exception("reading an observation failed")
+            return f"the server could not read this observation ({type(exc).__name__})"
+        if isinstance(request, dict):
+            return request  # a control message's answer
         try:
             chunk, infer_ms = await self.batcher.submit(request)
+        except NonFiniteActions as exc:
+            history.undo(request)
+            return str(exc)
         except Exception as exc:
-            return f"inference failed: {type(exc).__name__}: {exc}"
+            history.undo(request)
+            return f"inference failed: {type(exc).__name__}: {str(exc)[: 4 * BRIEF]}"
         return {"actions": chunk, "policy_timing": {"infer_ms": infer_ms}}
+
+    def _read(self, message: bytes, history: StateHistory) -> Request | dict[str, Any]:
+        """One message as a Request, or a control message's answer (runs off the loop)."""
+        observation = unpackb(message, self.limits)
+        if isinstance(observation, dict) and "__ctrl__" in observation:
+            control = observation["__ctrl__"]
+            if not isinstance(control, str) or len(control) > BRIEF:
+                raise ObservationError("__ctrl__: a short string (episode_start, episode_end)")
+            history.reset()  # episode_start / episode_end: a new episode either way
+            return {"ok": True, "ctrl": control}
+        return self.reader.read(observation, history)
 
     async def serve(self, on_ready: Callable[[PolicyServer], None] | None = None) -> None:
         """Serve until cancelled; `on_ready` is called once the port is bound."""
@@ -173,7 +277,7 @@ class PolicyServer:
                 self.host,
                 self.port,
                 compression=None,
-                max_size=None,
+                max_size=self.limits.max_message_bytes,
                 process_request=self._process_request,
             ) as server:
                 self.port = _bound_port(server, self.port)

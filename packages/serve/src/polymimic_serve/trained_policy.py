@@ -21,7 +21,14 @@ import torch.nn.functional as F
 from polymimic_data.geometry import ChannelGroup, Layout
 from polymimic_data.samples import Normalizer, NormStats
 from polymimic_policies import ActionPrefix, Policy, policy_from_record, prefix_weights
-from polymimic_serve.checkpoints import read_trained
+from polymimic_serve.checkpoints import (
+    DEFAULT_MAX_PARAMETERS,
+    CheckpointError,
+    check_state,
+    local_weights_inside,
+    open_trained,
+    sized_policy,
+)
 
 
 def _layout(data: Mapping[str, Any]) -> Layout:
@@ -98,12 +105,17 @@ class TrainedPolicy:
         return tensor.contiguous()
 
     def _state(self, state: np.ndarray, batched: bool) -> torch.Tensor:
-        array = np.asarray(state, dtype=np.float32)
+        with np.errstate(over="ignore"):
+            array = np.asarray(state, dtype=np.float32)
         want = (self.history, self.layout.dim)
         if array.shape[-2:] != want or array.ndim != (3 if batched else 2):
             raise ValueError(
                 f"observation state: ({'B, ' if batched else ''}{want[0]}, {want[1]}) in the "
                 f"{self.layout.name} layout's units, got {array.shape}"
+            )
+        if not np.isfinite(array).all():
+            raise ValueError(
+                "observation state: every value must be finite as float32 (the model's dtype)"
             )
         tensor = torch.from_numpy(array if batched else array[None]).to(self.device)
         return self.normalizer.normalize_state(self.embodiment, tensor)
@@ -129,11 +141,17 @@ class TrainedPolicy:
     ) -> dict[str, Any]:
         """Like `predict`, with a leading batch dimension on images, state and prompts.
 
-        `continuations`: one per row (None: that row continues nothing).
+        `continuations`: one per row (None: that row continues nothing). Raises
+        NonFiniteActions (naming the rows) if any row's actions are not finite; its
+        `finite` mask and `actions` let a server answer the other rows.
         """
-        return self._predict(
+        out = self._predict(
             observations, batched=True, noise=noise, seed=seed, continuations=continuations
         )
+        finite = np.isfinite(out["actions"]).all(axis=(1, 2))
+        if not finite.all():
+            raise NonFiniteActions(out["actions"], finite)
+        return out
 
     @torch.no_grad()
     def predict(
@@ -158,6 +176,8 @@ class TrainedPolicy:
             seed=seed,
             continuations=None if continuation is None else [continuation],
         )
+        if not np.isfinite(out["actions"]).all():
+            raise NonFiniteActions(out["actions"], np.zeros(1, bool))
         return {"actions": out["actions"][0], "channels": out["channels"]}
 
     def _prefix(
@@ -223,6 +243,22 @@ class TrainedPolicy:
         return {"actions": actions.float().cpu().numpy(), "channels": self.channels}
 
 
+class NonFiniteActions(ValueError):
+    """The policy's actions for some observations are not all finite: never sent to a robot.
+
+    A state far outside what the policy was trained on (finite, yet past what the model's
+    arithmetic holds) does this. `actions` (B, T, A) and `finite` (B,) say which rows are good.
+    """
+
+    def __init__(self, actions: np.ndarray, finite: np.ndarray) -> None:
+        self.actions, self.finite = actions, finite
+        rows = [int(i) for i in np.flatnonzero(~finite)]
+        super().__init__(
+            f"the policy's actions are not finite for observation(s) {rows[:8]} of "
+            f"{len(finite)}: not sent; is the state in the data's units and range?"
+        )
+
+
 @dataclass(frozen=True)
 class Continuation:
     """The previous chunk's steps a new chunk continues (real-time chunking).
@@ -239,7 +275,8 @@ class Continuation:
 
     def check(self, horizon: int, width: int) -> int:
         """The number of steps P; ValueError naming what does not fit."""
-        actions = np.asarray(self.actions)
+        with np.errstate(over="ignore"):
+            actions = np.asarray(self.actions, dtype=np.float32)
         if actions.ndim != 2 or actions.shape[1] != width or actions.shape[0] > horizon:
             raise ValueError(
                 f"rtc.actions: float (P, {width}) with P <= {horizon} (the chunk's horizon), "
@@ -252,27 +289,49 @@ class Continuation:
         return int(actions.shape[0])
 
 
-def _build(record: Mapping[str, Any]) -> tuple[Policy, Normalizer]:
+def _build(
+    record: Mapping[str, Any], policy: Mapping[str, Any] | None = None
+) -> tuple[Policy, Normalizer]:
     """The policy and normaliser a record describes.
 
     Only a registered policy class is built (policy_from_record refuses any other name
     before importing or calling anything), and it reads no initial weights of its own:
-    the checkpoint's state dict is loaded into it next.
+    the checkpoint's state dict is loaded into it next. `policy`: the record's policy with
+    its local paths resolved (checkpoints.local_weights_inside), else the record's own.
+    load_policy calls it only on a checked record, once its size is known (see there).
     """
-    policy = policy_from_record(
-        record["policy"], record["embodiments"], weights_from_checkpoint=True
+    built = policy_from_record(
+        record["policy"] if policy is None else policy,
+        record["embodiments"],
+        weights_from_checkpoint=True,
     )
     layouts = {name: _layout(layout) for name, layout in record["layouts"].items()}
     stats = {name: NormStats.from_json(s) for name, s in record["norm"]["stats"].items()}
-    return policy, Normalizer(stats, layouts, mode=record["norm"]["mode"])
+    return built, Normalizer(stats, layouts, mode=record["norm"]["mode"])
 
 
 def load_policy(
-    path: str | os.PathLike[str], device: str = "cpu", embodiment: str | None = None
+    path: str | os.PathLike[str],
+    device: str = "cpu",
+    embodiment: str | None = None,
+    *,
+    max_parameters: int = DEFAULT_MAX_PARAMETERS,
+    weights_dir: str | os.PathLike[str] | None = None,
 ) -> TrainedPolicy:
-    """A checkpoint of `train` or an export, rebuilt from what it carries alone."""
+    """A checkpoint of `train` or an export, rebuilt from what it carries alone.
+
+    Nothing is allocated before the file is checked (see checkpoints): the record's shape
+    and image size (`check_record`); every local path the policy reads (Pi's PaliGemma
+    config and tokenizer; never weights) inside the checkpoint's folder or `weights_dir`
+    (`local_weights_inside`); the policy's size, counted on the meta device, at most
+    `max_parameters` parameters and buffers (`sized_policy`; raise it for a real giant);
+    the file's tensors exactly the policy's, shape for shape. Anything wrong with the file
+    raises CheckpointError (a ValueError): one line naming the file, what is wrong and what
+    was expected. An embodiment it was not trained on raises ValueError.
+    """
     path = Path(path)
-    record, state, step = read_trained(path)
+    opened = open_trained(path)
+    record, source = opened.record, opened.source
     embodiments = sorted(record["embodiments"])
     if embodiment is None:
         if len(embodiments) > 1:
@@ -280,7 +339,24 @@ def load_policy(
         embodiment = str(embodiments[0])
     elif embodiment not in embodiments:
         raise ValueError(f"{path}: trained on {embodiments}, not {embodiment!r}")
-    policy, normalizer = _build(record)
-    policy.load_state_dict({k[7:]: v for k, v in state.items() if k.startswith("policy.")})
-    normalizer.load_state_dict({k[11:]: v for k, v in state.items() if k.startswith("normalizer.")})
-    return TrainedPolicy(policy.to(device), normalizer.to(device), record, embodiment, step)
+    policy_record = local_weights_inside(opened, weights_dir)
+    shell = sized_policy(
+        policy_record, record["embodiments"], max_parameters=max_parameters, source=source
+    )
+    expected = shell.state_dict()  # on the meta device: shapes, no memory
+    del shell
+    state = opened.state()
+    parts = {
+        prefix: {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        for prefix in ("policy.", "normalizer.")
+    }
+    check_state(expected, parts["policy."], "policy.", opened.weights)
+    policy, normalizer = _build(record, policy_record)
+    check_state(normalizer.state_dict(), parts["normalizer."], "normalizer.", opened.weights)
+    try:
+        policy.load_state_dict(parts["policy."])
+        normalizer.load_state_dict(parts["normalizer."])
+    except RuntimeError as exc:  # e.g. a dtype that does not cast
+        text = " ".join(str(exc).split())[:300]
+        raise CheckpointError(f"{opened.weights}: its tensors do not load: {text}") from None
+    return TrainedPolicy(policy.to(device), normalizer.to(device), record, embodiment, opened.step)
