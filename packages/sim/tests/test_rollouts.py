@@ -132,3 +132,43 @@ def test_a_suite_is_its_tasks_in_order_and_its_summary_pools_them() -> None:
     assert suite["success_rate_per_task"] == {"metaworld/reach-v3": 1.0, "metaworld/push-v3": 0.5}
     assert suite["success_rate_wilson95"] == list(wilson_interval(3, 4))
     assert suite["env_steps_per_s"] == 110 / 4.0 and suite["mean_return"] == 2.5
+
+
+def test_rollouts_in_real_time_measure_the_delay_a_slower_model_makes(
+    untrained_sawyer: Path,
+) -> None:
+    trained = load_policy(untrained_sawyer)
+    task = make_task(TASK, image_size=SIZE)
+
+    def run(slowdown: float) -> dict:
+        return evaluate(LocalPolicy(trained), task, episodes=2, seed=1000, executor="rtc",
+                        executor_options={"n_action_steps": 2}, max_steps=40, progress=False,
+                        realtime=True, inference_slowdown=slowdown)  # fmt: skip
+
+    try:
+        fast, slow = run(1.0), run(6.0)
+        with pytest.raises(ValueError, match="in real time the delay is measured"):
+            evaluate(LocalPolicy(trained), task, episodes=1, executor_options={"delay": 2},
+                     realtime=True, progress=False)  # fmt: skip
+    finally:
+        task.close()
+    for summary in (fast, slow):
+        report = summary["realtime_report"]
+        assert summary["realtime"] and report["ticks"] == summary["env_steps"] == 80
+        assert report["chunks"] >= 2 and summary["mean_boundary_jerk"] is not None
+    # a model 6x slower is answered more ticks later; the loop went on meanwhile
+    assert slow["realtime_report"]["delay_p50"] > fast["realtime_report"]["delay_p50"]
+    assert slow["realtime_report"]["stale_ticks"] > fast["realtime_report"]["stale_ticks"]
+    assert slow["realtime_report"]["chunks"] < fast["realtime_report"]["chunks"]
+
+
+def test_the_jerk_at_chunk_boundaries_is_the_third_difference_across_them() -> None:
+    from polymimic_sim.rollouts import boundary_jerk
+
+    smooth = np.arange(20, dtype=float)[:, None] ** 2  # constant second difference: no jerk
+    assert boundary_jerk(smooth, [10]) == 0.0
+    jumped = smooth.copy()
+    jumped[10:] += 1.0  # a new chunk starts one unit off at tick 10
+    # the differences ending at 10, 11, 12 see the step: |1|, |-3 + 1|... = 1, 2, 1 -> 4/3
+    assert boundary_jerk(jumped, [10]) == pytest.approx(4 / 3)
+    assert boundary_jerk(jumped, []) is None

@@ -12,11 +12,21 @@ with openpi's client interface (`infer(observation) -> {"actions": (T, A)}`,
   `delay` frozen, the rest followed with decaying weight), so chunks join smoothly even
   though the robot kept moving while the next was computed. Flow-matching policies only.
 
-Inference takes time: `delay` ticks pass between asking and having the answer. Every
-executor models it the same way, so they can be compared in a simulated loop: a chunk
+Inference takes time: `delay` ticks pass between asking and having the answer. A chunk
 asked for at tick R (with that tick's observation) is aligned with it (its step 0 is tick
-R) and takes over at tick R + delay; until then the previous chunk goes on. The very first
-chunk of an episode is waited for. With delay 0, `chunk` is openpi's broker exactly.
+R) and takes over at the first tick its answer is there; until then the previous chunk
+goes on. The very first chunk of an episode is waited for. In `act`'s synchronous loop the
+delay is a fixed number of ticks (`delay`; with 0, `chunk` is openpi's broker exactly); a
+`RealTimeRunner` (realtime) runs the same executors against a clock, asks on a worker
+thread and measures each delay. Each executor is four steps the two loops share:
+`wants_chunk(tick)`, `request(observation, tick, delay)`, `accept(actions, asked_at,
+ready_at)` and `action(tick)`.
+
+The state history (K steps at the data's rate, the metadata's `history`) is kept here, from
+every tick's observation, and sent whole as the state (K, S) with each request: a client
+that asks once per chunk would otherwise hand the server states `n_action_steps` ticks
+apart, while training saw consecutive frames. The first tick's state fills the history
+until there are K, as the data loader pads an episode's start.
 """
 
 from __future__ import annotations
@@ -65,19 +75,58 @@ class ChunkExecutor:
         if delay < 0 or delay >= self.horizon:
             raise ValueError(f"delay: 0..{self.horizon - 1} ticks (under the chunk), got {delay}")
         self.delay = delay
+        self.history = max(1, int(self.metadata.get("history", 1)))
+        self.state_key = str(self.metadata.get("state_key", "state"))
+        self.states: deque[np.ndarray] = deque(maxlen=self.history)
         self.tick = 0
         self.switches: list[int] = []  # ticks at which a new chunk took over
         self.requests = 0  # chunks asked for
+        self.received = 0  # chunks accepted this episode
+        self.starved = 0  # ticks with no chunk step left: the last action was held
+        self.last: np.ndarray | None = None
 
     def reset(self) -> None:
         """A new episode: nothing held, the policy's history restarts."""
-        self.tick = 0
+        self.tick = self.received = 0
         self.switches = []
+        self.states.clear()
+        self.last = None
         self.policy.reset()
 
-    def _infer(self, observation: Mapping[str, Any], **extra: Any) -> np.ndarray:
-        self.requests += 1
-        reply = self.policy.infer({**observation, **extra})
+    # the four steps both loops share
+
+    def observe(self, observation: Mapping[str, Any]) -> dict[str, Any]:
+        """The observation of this tick as it is sent: its state replaced by the history (K, S)."""
+        sent = dict(observation)
+        if self.history == 1 or self.state_key not in sent:
+            return sent
+        state = np.array(sent[self.state_key], dtype=np.float64)
+        if state.ndim != 1:
+            return sent  # the caller keeps the history itself
+        if not self.states:
+            self.states.extend([state] * self.history)
+        self.states.append(state)
+        sent[self.state_key] = np.stack(self.states)
+        return sent
+
+    def wants_chunk(self, tick: int) -> bool:
+        """Whether to ask for a chunk at `tick` (none being asked for already)."""
+        raise NotImplementedError
+
+    def request(self, observation: Mapping[str, Any], tick: int, delay: int) -> dict[str, Any]:
+        """What to send for a chunk asked for at `tick`, expected after `delay` ticks."""
+        return dict(observation)
+
+    def accept(self, actions: np.ndarray, asked_at: int, ready_at: int) -> None:
+        """A chunk asked for at `asked_at` arrived; it may run from `ready_at` on."""
+        raise NotImplementedError
+
+    def action(self, tick: int) -> np.ndarray:
+        """The action (A,) float32 to execute at `tick`."""
+        raise NotImplementedError
+
+    def check(self, reply: Mapping[str, Any]) -> np.ndarray:
+        """The reply's actions (T, A) float32; ValueError if they are not a chunk."""
         actions = np.asarray(reply["actions"], dtype=np.float32)
         if actions.ndim != 2 or actions.shape[0] != self.horizon:
             raise ValueError(
@@ -85,14 +134,24 @@ class ChunkExecutor:
             )
         return actions
 
+    def hold(self) -> np.ndarray:
+        """No step of any chunk is left for this tick: the last action again."""
+        if self.last is None:
+            raise RuntimeError("no chunk has arrived yet: the first chunk must be waited for")
+        self.starved += 1
+        return self.last.copy()
+
     def act(self, observation: Mapping[str, Any]) -> np.ndarray:
-        """The action (A,) float32 to execute at this tick."""
-        action = self._act(observation)
+        """The action (A,) float32 to execute at this tick (the synchronous loop)."""
+        t = self.tick
+        sent = self.observe(observation)
+        if self.wants_chunk(t):
+            self.requests += 1
+            actions = self.check(self.policy.infer(self.request(sent, t, self.delay)))
+            self.accept(actions, t, t if self.received == 0 else t + self.delay)
+        action = self.action(t)
         self.tick += 1
         return action
-
-    def _act(self, observation: Mapping[str, Any]) -> np.ndarray:
-        raise NotImplementedError
 
 
 class ChunkBroker(ChunkExecutor):
@@ -118,21 +177,30 @@ class ChunkBroker(ChunkExecutor):
         super().reset()
         self.current = self.pending = None
 
-    def _next_chunk(self, observation: Mapping[str, Any], remaining: np.ndarray) -> np.ndarray:
-        """The chunk asked for now; `remaining`: the current chunk's steps from this tick."""
-        return self._infer(observation)
+    def wants_chunk(self, tick: int) -> bool:
+        if self.current is None:
+            return True
+        return self.pending is None and tick >= self.current.start + self.n_action_steps
 
-    def _act(self, observation: Mapping[str, Any]) -> np.ndarray:
-        t = self.tick
-        if self.current is None:  # an episode's first tick: wait for the chunk
-            self.current = _Chunk(t, self._infer(observation), t)
-        elif t == self.current.start + self.n_action_steps and self.pending is None:
-            remaining = self.current.actions[t - self.current.start :]
-            self.pending = _Chunk(t, self._next_chunk(observation, remaining), t + self.delay)
-        if self.pending is not None and t >= self.pending.ready:
+    def accept(self, actions: np.ndarray, asked_at: int, ready_at: int) -> None:
+        self.received += 1
+        chunk = _Chunk(asked_at, actions, ready_at)
+        if self.current is None:
+            self.current = chunk
+        else:
+            self.pending = chunk
+
+    def action(self, tick: int) -> np.ndarray:
+        if self.current is None:
+            return self.hold()
+        if self.pending is not None and tick >= self.pending.ready:
             self.current, self.pending = self.pending, None
-            self.switches.append(t)
-        return self.current.actions[t - self.current.start].copy()
+            self.switches.append(tick)
+        step = tick - self.current.start
+        if step >= self.horizon:
+            return self.hold()
+        self.last = action = self.current.actions[step].copy()
+        return action.copy()
 
 
 class RealTimeChunking(ChunkBroker):
@@ -151,14 +219,22 @@ class RealTimeChunking(ChunkBroker):
                 "or Pi); choose the chunk or temporal_ensemble executor"
             )
 
-    def _next_chunk(self, observation: Mapping[str, Any], remaining: np.ndarray) -> np.ndarray:
+    def request(self, observation: Mapping[str, Any], tick: int, delay: int) -> dict[str, Any]:
+        if self.current is None:
+            return dict(observation)
+        remaining = self.current.actions[tick - self.current.start :]
         if not len(remaining):
-            return self._infer(observation)  # nothing overlaps: a fresh chunk
-        return self._infer(observation, rtc={"actions": remaining, "delay": self.delay})
+            return dict(observation)  # nothing overlaps: a fresh chunk
+        frozen = min(delay, len(remaining))  # the steps that will run before it arrives
+        return {**observation, "rtc": {"actions": remaining, "delay": frozen}}
 
 
 class TemporalEnsemble(ChunkExecutor):
-    """`temporal_ensemble`: ACT's exponentially weighted average (see the module docstring)."""
+    """`temporal_ensemble`: ACT's exponentially weighted average (see the module docstring).
+
+    It asks at every tick it can: every tick in the synchronous loop, whenever the last
+    request has been answered in real time.
+    """
 
     name: ClassVar[str] = "temporal_ensemble"
 
@@ -173,16 +249,25 @@ class TemporalEnsemble(ChunkExecutor):
         super().reset()
         self.chunks.clear()
 
-    def _act(self, observation: Mapping[str, Any]) -> np.ndarray:
-        t = self.tick
-        first = not self.chunks
-        self.chunks.append(_Chunk(t, self._infer(observation), t if first else t + self.delay))
-        while t - self.chunks[0].start >= self.horizon:
+    def wants_chunk(self, tick: int) -> bool:
+        return True
+
+    def accept(self, actions: np.ndarray, asked_at: int, ready_at: int) -> None:
+        self.received += 1
+        self.chunks.append(_Chunk(asked_at, actions, ready_at))
+        if self.received > 1:
+            self.switches.append(ready_at)  # the blend changes there
+
+    def action(self, tick: int) -> np.ndarray:
+        while self.chunks and tick - self.chunks[0].start >= self.horizon:
             self.chunks.popleft()
-        ready = [c for c in self.chunks if c.ready <= t]  # oldest first
+        ready = [c for c in self.chunks if c.ready <= tick]  # oldest first
+        if not ready:
+            return self.hold()
         weights = np.exp(-self.coefficient * np.arange(len(ready)))
-        steps = np.stack([c.actions[t - c.start] for c in ready])
-        return (weights @ steps / weights.sum()).astype(np.float32)
+        steps = np.stack([c.actions[tick - c.start] for c in ready])
+        self.last = action = (weights @ steps / weights.sum()).astype(np.float32)
+        return action.copy()
 
 
 EXECUTORS: dict[str, type[ChunkExecutor]] = {

@@ -38,6 +38,17 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--via-server", action="store_true", help="drive the policy through its websocket server"
     )
+    ev.add_argument(
+        "--realtime",
+        action="store_true",
+        help="step one simulator at wall-clock rate, inference beside it (delays measured)",
+    )
+    ev.add_argument(
+        "--inference-slowdown",
+        type=float,
+        default=1.0,
+        help="with --realtime: make each inference this many times slower (default 1)",
+    )
     commands.add_parser("tasks", help="list the tasks (with the extras installed)")
     return parser
 
@@ -69,7 +80,7 @@ def _record(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from polymimic_sim.rollouts import describe, evaluate_checkpoint
 
-    options: dict[str, int] = {"delay": args.delay}
+    options: dict[str, int] = {"delay": args.delay} if args.delay else {}
     if args.n_action_steps is not None:
         options["n_action_steps"] = args.n_action_steps
     summary = evaluate_checkpoint(
@@ -83,6 +94,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         workers=args.workers,
         out=args.out,
         videos=args.videos,
+        realtime=args.realtime,
+        inference_slowdown=args.inference_slowdown,
     )
     print(describe(summary))
     print(json.dumps({k: v for k, v in summary.items() if k != "outcomes"}))

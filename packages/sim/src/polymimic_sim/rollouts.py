@@ -6,11 +6,19 @@ executor of polymimic-serve, over any policy with openpi's client interface (a
 `LocalPolicy` in process, or a `PolicyClient` to a server: the robot's path). An episode
 succeeds when the task says so; one whose simulator gives up (unstable physics) is a
 failure, never a crash. The summary holds the success rate with its 95% Wilson interval,
-the mean return, the mean steps to success and every seed's outcome.
+the mean return, the mean steps to success, the mean jerk at chunk boundaries and every
+seed's outcome.
+
+With `realtime`, the simulator is stepped at wall-clock rate (the task's fps) by
+polymimic-serve's `RealTimeRunner`: inference runs on a worker thread while the episode
+goes on, each chunk's delay in ticks is measured (and reported: p50/p99, stale and starved
+ticks), so success is measured under the delay a robot would see. `inference_slowdown` k
+sleeps (k - 1) times each inference's own time inside it: a model k times slower.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -23,11 +31,13 @@ from tqdm import tqdm
 
 from polymimic_serve import make_executor
 from polymimic_serve.executors import ChunkExecutor, ChunkPolicy
+from polymimic_serve.realtime import RealTimeRunner
 from polymimic_sim.tasks import SimTask, Step
 
 if TYPE_CHECKING:
     from polymimic_serve.trained_policy import TrainedPolicy
 
+logger = logging.getLogger("polymimic_sim")
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 SUCCESS_COLOUR, FAILURE_COLOUR, BORDER = (0, 200, 0), (220, 0, 0), 3  # the videos' frames
 
@@ -54,6 +64,42 @@ class Outcome:
     steps: int  # ticks run (to success, or to the end)
     total_return: float
     error: str | None = None  # what the simulator raised, when it gave up
+    boundary_jerk: float | None = None  # mean |third difference| of actions at chunk joins
+
+
+def boundary_jerk(actions: np.ndarray, switches: list[int]) -> float | None:
+    """Mean L2 norm of the actions' third difference over windows that span a chunk boundary.
+
+    A new chunk first executed at tick s: the differences ending at s..s+2, in the data's
+    units per tick cubed; None without a boundary three ticks clear of the ends.
+    """
+    jerk = np.linalg.norm(np.diff(actions, n=3, axis=0), axis=1)  # jerk[i] ends at tick i + 3
+    windows = [jerk[t - 3] for s in switches for t in range(s, s + 3) if 3 <= t < len(actions)]
+    return float(np.mean(windows)) if windows else None
+
+
+class SlowedPolicy:
+    """`policy` made `factor` times slower (emulates a bigger model in real time).
+
+    Each inference sleeps (factor - 1) times its own duration inside it.
+    """
+
+    def __init__(self, policy: ChunkPolicy, factor: float) -> None:
+        if not math.isfinite(factor) or factor < 1:
+            raise ValueError(f"inference_slowdown: a factor of at least 1, got {factor}")
+        self.policy, self.factor = policy, factor
+
+    def infer(self, observation: dict[str, Any]) -> dict[str, Any]:
+        start = time.perf_counter()
+        reply = self.policy.infer(observation)
+        time.sleep((self.factor - 1) * (time.perf_counter() - start))
+        return reply
+
+    def get_server_metadata(self) -> dict[str, Any]:
+        return self.policy.get_server_metadata()
+
+    def reset(self) -> None:
+        self.policy.reset()
 
 
 class EpisodeTally:
@@ -62,6 +108,7 @@ class EpisodeTally:
     def __init__(self, seed: int, limit: int, frames: bool = False) -> None:
         self.seed, self.limit, self.ticks, self.total = seed, limit, 0, 0.0
         self.frames: list[np.ndarray] | None = [] if frames else None
+        self.actions: list[np.ndarray] = []
 
     def observe(self, observation: Mapping[str, Any]) -> None:
         """Keep the frame of this tick (every camera, side by side) when a video is due."""
@@ -69,9 +116,11 @@ class EpisodeTally:
             images = observation["images"]
             self.frames.append(np.concatenate([images[c] for c in sorted(images)], axis=1))
 
-    def add(self, step: Step) -> Outcome | None:
-        """Count one step; the Outcome once the episode is over, else None."""
+    def add(self, step: Step, action: np.ndarray | None = None) -> Outcome | None:
+        """Count one step (of `action`); the Outcome once the episode is over, else None."""
         self.ticks += 1
+        if action is not None:
+            self.actions.append(action)
         self.total += step.reward
         if step.success or step.done or self.ticks >= self.limit:
             return Outcome(self.seed, step.success, self.ticks, self.total)
@@ -85,29 +134,42 @@ class EpisodeTally:
 
 def rollout(
     task: SimTask,
-    executor: ChunkExecutor,
+    executor: ChunkExecutor | RealTimeRunner,
     seed: int,
     max_steps: int | None = None,
     *,
     frames: bool = False,
 ) -> tuple[Outcome, EpisodeTally]:
-    """One episode of `executor` in `task` from `seed`: its outcome, and its tally (frames)."""
+    """One episode of `executor` in `task` from `seed`: its outcome, and its tally (frames).
+
+    With a RealTimeRunner the episode runs at wall-clock rate (see the module docstring).
+    """
     observation = task.reset(seed)
-    executor.reset()
+    realtime = isinstance(executor, RealTimeRunner)
+    if not realtime:
+        executor.reset()
     tally = EpisodeTally(seed, max_steps or task.max_steps, frames)
-    while True:
+    outcome: Outcome | None = None
+    while outcome is None:
         tally.observe(observation)
-        action = executor.act(observation)
+        if isinstance(executor, RealTimeRunner):
+            action = executor.start(observation) if tally.ticks == 0 else executor.step(observation)
+        else:
+            action = executor.act(observation)
         try:
             step = task.step(action)
         except ValueError:
             raise  # a malformed action is a bug to see, not an outcome
         except Exception as exc:  # the simulator gave up (e.g. unstable physics)
-            return tally.crashed(f"{type(exc).__name__}: {exc}"), tally
-        outcome = tally.add(step)
-        if outcome is not None:
-            return outcome, tally
+            outcome = tally.crashed(f"{type(exc).__name__}: {exc}")
+            break
+        outcome = tally.add(step, action)
         observation = step.observation
+        if realtime and outcome is None:
+            executor.wait()  # type: ignore[union-attr]
+    switches = (executor.executor if isinstance(executor, RealTimeRunner) else executor).switches
+    outcome.boundary_jerk = boundary_jerk(np.asarray(tally.actions), switches)
+    return outcome, tally
 
 
 def write_episode_video(
@@ -138,6 +200,7 @@ def summarise(task_name: str, executor: str, outcomes: list[Outcome], seconds: f
     low, high = wilson_interval(successes, len(outcomes))
     to_success = [o.steps for o in outcomes if o.success]
     steps = sum(o.steps for o in outcomes)
+    jerks = [o.boundary_jerk for o in outcomes if o.boundary_jerk is not None]
     return {
         "task": task_name,
         "executor": executor,
@@ -147,6 +210,7 @@ def summarise(task_name: str, executor: str, outcomes: list[Outcome], seconds: f
         "success_rate_wilson95": [low, high],
         "mean_return": sum(o.total_return for o in outcomes) / len(outcomes),
         "mean_steps_to_success": sum(to_success) / len(to_success) if to_success else None,
+        "mean_boundary_jerk": float(np.mean(jerks)) if jerks else None,
         "env_steps": steps,
         "seconds": seconds,
         "env_steps_per_s": steps / seconds if seconds > 0 else None,
@@ -173,22 +237,43 @@ def evaluate(
     video_dir: Path | None = None,
     videos: int = 3,
     progress: bool = True,
+    realtime: bool = False,
+    inference_slowdown: float = 1.0,
 ) -> dict[str, Any]:
     """Closed-loop episodes from seeds seed..seed+episodes-1, one after another, in `task`.
 
     The summary (see summarise); with `video_dir`, mp4s of the first `videos` episodes.
+    With `realtime` (see the module docstring) it also holds the runner's report.
     """
     seeds = seeds_of(episodes, seed)
-    runner = make_executor(executor, policy, **dict(executor_options or {}))
+    options = dict(executor_options or {})
+    if realtime and options.get("delay"):
+        raise ValueError(
+            "delay: a fixed delay is the synchronous loop's model; in real time the delay is "
+            "measured (make inference slower with inference_slowdown instead)"
+        )
+    if inference_slowdown != 1:
+        policy = SlowedPolicy(policy, inference_slowdown)
+    chunks = make_executor(executor, policy, **options)
+    runner = RealTimeRunner(chunks, fps=task.fps) if realtime else chunks
     start, outcomes, written = time.perf_counter(), [], []
-    for index in tqdm(range(episodes), desc=f"rollouts {task.name}", disable=not progress):
-        filmed = video_dir is not None and index < videos
-        outcome, tally = rollout(task, runner, seeds[index], max_steps, frames=filmed)
-        outcomes.append(outcome)
-        if filmed and tally.frames and video_dir is not None:
-            written.append(write_episode_video(video_dir, outcome, tally.frames, task.fps))
+    try:
+        for index in tqdm(range(episodes), desc=f"rollouts {task.name}", disable=not progress):
+            filmed = video_dir is not None and index < videos
+            outcome, tally = rollout(task, runner, seeds[index], max_steps, frames=filmed)
+            outcomes.append(outcome)
+            if filmed and tally.frames and video_dir is not None:
+                written.append(write_episode_video(video_dir, outcome, tally.frames, task.fps))
+    finally:
+        if isinstance(runner, RealTimeRunner):
+            runner.close()
     summary = summarise(task.name, executor, outcomes, time.perf_counter() - start)
-    return summary | {"workers": 1, "videos": [str(p) for p in written]}
+    summary |= {"workers": 1, "videos": [str(p) for p in written]}
+    summary |= {"realtime": realtime, "inference_slowdown": inference_slowdown}
+    if isinstance(runner, RealTimeRunner):
+        summary["realtime_report"] = runner.report()
+        logger.info("%s in real time: %s", task.name, runner.report())
+    return summary
 
 
 def evaluate_checkpoint(
@@ -206,6 +291,8 @@ def evaluate_checkpoint(
     max_steps: int | None = None,
     device: str = "cpu",
     progress: bool = True,
+    realtime: bool = False,
+    inference_slowdown: float = 1.0,
 ) -> dict[str, Any]:
     """Rollouts of a checkpoint or export in `task_name`; `out/summary.json` if `out`.
 
@@ -213,7 +300,8 @@ def evaluate_checkpoint(
     episodes run in that many simulator processes, the policy batched across them
     (polymimic_sim.parallel). With `via_server`, the policy is served on loopback and
     driven through `PolicyClient`: the robot's path, wire and all. With `out`, mp4s of the
-    first `videos` episodes go to `out/videos/`.
+    first `videos` episodes go to `out/videos/`. With `realtime`, one simulator runs at
+    wall-clock rate (see the module docstring; `workers` is then 1).
     """
     from polymimic_data.store import write_json_atomic
     from polymimic_serve import load_policy
@@ -221,11 +309,20 @@ def evaluate_checkpoint(
 
     if workers < 1:
         raise ValueError(f"workers: a positive number of simulator processes, got {workers}")
+    if inference_slowdown != 1 and not realtime:
+        raise ValueError(
+            "inference_slowdown: only with realtime (a slower model changes nothing when the "
+            "simulator waits for it)"
+        )
+    if realtime and workers > 1:
+        logger.warning("realtime: one simulator at wall-clock rate (workers %d -> 1)", workers)
+        workers = 1
     names = suite_tasks(task_name)  # an unknown suite or a missing extra fails before loading
     trained = load_policy(checkpoint, device=device)
     options = {"episodes": episodes, "seed": seed, "executor": executor, "videos": videos,
                "executor_options": executor_options, "progress": progress,
-               "workers": workers, "via_server": via_server, "max_steps": max_steps}  # fmt: skip
+               "workers": workers, "via_server": via_server, "max_steps": max_steps,
+               "realtime": realtime, "inference_slowdown": inference_slowdown}  # fmt: skip
     videos_root = Path(out) / "videos" if out is not None else None
     if names == [task_name]:
         summary = _evaluate_trained(trained, task_name, video_dir=videos_root, **options)
@@ -266,6 +363,7 @@ def _evaluate_trained(
     from polymimic_sim.tasks import make_task
 
     if workers > 1:
+        options = {k: v for k, v in options.items() if k not in ("realtime", "inference_slowdown")}
         return evaluate_parallel(
             trained, task_name, workers=workers, via_server=via_server, seed=seed, **options
         )

@@ -2,11 +2,14 @@
 
 `evaluate checkpoint=<path> sim=<task> [sim.episodes=50] [sim.seed=1000]
 [sim.executor=chunk|temporal_ensemble|rtc] [sim.n_action_steps=N] [sim.delay=D]
-[sim.workers=2] [sim.videos=3] [sim.via_server=true]`: closed-loop rollouts in simulation
+[sim.workers=2] [sim.videos=3] [sim.via_server=true] [sim.realtime=true]
+[sim.inference_slowdown=K]`: closed-loop rollouts in simulation
 instead (polymimic-sim, the `sim` extra; a task such as aloha/transfer_cube or a suite such
 as metaworld/mt10), `sim.workers` simulators at once with the policy batched across them:
 the success rate with its 95% Wilson interval in `summary.json`, mp4s of the first
-`sim.videos` episodes in `videos/`.
+`sim.videos` episodes in `videos/`. With `sim.realtime=true` one simulator runs at wall-clock
+rate while inference runs beside it (polymimic-serve's RealTimeRunner): the delay is measured,
+and `sim.inference_slowdown=K` makes the model K times slower.
 
 The run's own composition is replayed (its `.hydra/overrides.yaml`, then yours), so the
 validation set, its noise seeds and the metrics are the run's; the weights and the
@@ -94,9 +97,14 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
     return summary
 
 
+def _flag(value: str) -> bool:
+    return value.lower() in ("true", "1", "yes")
+
+
 SIM_OPTIONS = {"episodes": int, "seed": int, "executor": str, "n_action_steps": int,
                "delay": int, "workers": int, "videos": int,
-               "via_server": lambda v: v.lower() in ("true", "1", "yes")}  # fmt: skip
+               "via_server": _flag, "realtime": _flag,
+               "inference_slowdown": float}  # fmt: skip
 
 
 def evaluate_in_sim(checkpoint: Path, settings: dict[str, str]) -> dict[str, Any]:
