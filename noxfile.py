@@ -172,8 +172,10 @@ def bench_strategies(session: nox.Session) -> None:
 @nox.session(name="bench-serve")
 def bench_serve(session: nox.Session) -> None:
     """The policy server against `predict` (loopback round trip, p50/p99), requests/s with 1,
-    4 and 16 clients (one at a time and batched), and rtc's chunk joins against chunk's, on
-    the default run's policy (trained briefly first; `-- --checkpoint CKPT` to serve one)."""
+    4 and 16 clients (one at a time and with the default batching), memory under abuse (the
+    server's peak RSS while a client sends the largest message it accepts, another client's
+    p99 meanwhile; a message over the cap), and rtc's chunk joins against chunk's, on the
+    default run's policy (trained briefly first; `-- --checkpoint CKPT` to serve one)."""
     sync(session, "--all-packages", "--all-extras")
     session.run("python", "benchmarks/serve.py", *session.posargs)
 

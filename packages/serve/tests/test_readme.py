@@ -13,9 +13,10 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
 
 def test_the_readme_shows_a_loop_with_each_executor_and_the_install_line() -> None:
     text = README.read_text()
-    assert len(BLOCKS) == 2
+    assert len(BLOCKS) == 3
     for executor in ("chunk", "temporal_ensemble", "rtc"):
         assert f'make_executor("{executor}"' in BLOCKS[0]
+    assert "RealTimeRunner(executor, fps=50)" in BLOCKS[1]
     assert 'uv pip install "polymimic-serve @ git+' in text and "polymimic-serve runs/" in text
 
 

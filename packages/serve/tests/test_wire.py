@@ -88,9 +88,7 @@ def _array(dtype: str, shape: list[int], data: bytes) -> dict[bytes, object]:
         ({b"__npgeneric__": True, b"data": "text", b"dtype": "<f4"}, "data a number"),
     ],
 )
-def test_what_no_observation_needs_is_refused_before_it_is_built(
-    value: dict, message: str
-) -> None:
+def test_what_no_observation_needs_is_refused_before_it_is_built(value: dict, message: str) -> None:
     data = msgpack.packb({"reset": value}, use_bin_type=True)
     assert len(data) < 200
     with pytest.raises(WireError, match=message) as caught:

@@ -1,10 +1,12 @@
 """polymimic-serve: a trained policy on a robot, with no training stack.
 
-`load_policy(path)` rebuilds a policy from a checkpoint of `train` or an export;
+`load_policy(path)` rebuilds a policy from a checkpoint of `train` or an export (a file
+it cannot use raises CheckpointError, one line naming the file);
 `PolicyServer` serves it on openpi's websocket protocol (`polymimic-serve CHECKPOINT`);
 `PolicyClient` and `LocalPolicy` speak to it over the wire or in process; chunk executors
 (`make_executor("chunk" | "temporal_ensemble" | "rtc", policy)`) turn chunks into one
-action per control tick. Names load on first use: a client alone imports no torch.
+action per control tick, synchronously or against a clock (`RealTimeRunner`). Names load
+on first use: a client alone imports no torch.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ except PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0+unknown"
 
 _WHERE = {
+    "CheckpointError": "checkpoints",
     "ChunkBroker": "executors",
     "ChunkExecutor": "executors",
     "Continuation": "trained_policy",
@@ -29,6 +32,7 @@ _WHERE = {
     "PolicyClient": "client",
     "PolicyServer": "server",
     "RealTimeChunking": "executors",
+    "RealTimeRunner": "realtime",
     "RunningServer": "server",
     "TemporalEnsemble": "executors",
     "TrainedPolicy": "trained_policy",
@@ -40,6 +44,7 @@ _WHERE = {
 }
 __all__ = [
     "EXECUTORS",
+    "CheckpointError",
     "ChunkBroker",
     "ChunkExecutor",
     "Continuation",
@@ -48,6 +53,7 @@ __all__ = [
     "PolicyClient",
     "PolicyServer",
     "RealTimeChunking",
+    "RealTimeRunner",
     "RunningServer",
     "TemporalEnsemble",
     "TrainedPolicy",
@@ -66,7 +72,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from polymimic_serve.checkpoints import checkpoint_record, write_export
+    from polymimic_serve.checkpoints import CheckpointError, checkpoint_record, write_export
     from polymimic_serve.client import PolicyClient
     from polymimic_serve.executors import (
         EXECUTORS,
@@ -78,6 +84,7 @@ if TYPE_CHECKING:
     )
     from polymimic_serve.inference import LocalPolicy
     from polymimic_serve.observations import ObservationError
+    from polymimic_serve.realtime import RealTimeRunner
     from polymimic_serve.server import PolicyServer, RunningServer
     from polymimic_serve.trained_policy import Continuation, TrainedPolicy, load_policy
     from polymimic_serve.untrained import write_untrained_export

@@ -5,13 +5,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import sys
 
 from polymimic_serve import __version__
 
 
+def _count(text: str) -> int:
+    """A positive count, written as an integer or as 5e9."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"a positive integer such as 5e9, got {text!r}")
+    return int(value)
+
+
 def _parser() -> argparse.ArgumentParser:
+    from polymimic_serve.checkpoints import DEFAULT_MAX_PARAMETERS
+    from polymimic_serve.server import DEFAULT_MAX_BATCH
+
     parser = argparse.ArgumentParser(
         prog="polymimic-serve",
         description="Serve a trained policy on openpi's websocket protocol (msgpack-numpy, "
@@ -42,8 +57,33 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-batch",
         type=int,
-        default=1,
-        help="run up to this many waiting requests of concurrent clients as one batch",
+        default=DEFAULT_MAX_BATCH,
+        help="run up to this many waiting requests of concurrent clients as one batch "
+        f"(default {DEFAULT_MAX_BATCH}: batching across clients is the default; 1: one "
+        "request at a time)",
+    )
+    parser.add_argument(
+        "--max-message-mb",
+        type=float,
+        metavar="MB",
+        help="refuse a message larger than this many MiB before reading it (default: room "
+        "for max(4, the policy's cameras) 1080x1920 frames, plus 1 MiB)",
+    )
+    parser.add_argument(
+        "--max-parameters",
+        type=_count,
+        default=DEFAULT_MAX_PARAMETERS,
+        metavar="N",
+        help="refuse a checkpoint whose policy has more parameters and buffers than this, "
+        f"counted before anything is allocated (default {DEFAULT_MAX_PARAMETERS:,}; Pi on "
+        "PaliGemma 3B has about 3.3e9); raise it for a real giant",
+    )
+    parser.add_argument(
+        "--weights-dir",
+        metavar="DIR",
+        help="a folder of local weights the policy reads besides the checkpoint (Pi's "
+        "PaliGemma config and tokenizer): every path the checkpoint names must lie inside "
+        "the checkpoint's folder or this one",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling noise")
     parser.add_argument(
@@ -56,12 +96,33 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _refuse(message: str) -> int:
+    """Say what is wrong in one line on stderr; the exit status 2."""
+    print(f"polymimic-serve: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+def _check_device(device: str) -> None:
+    """ValueError naming --device if torch cannot use it here (before any loading)."""
+    import torch
+
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"--device: {device!r} is not a device ({exc})") from None
+    if chosen.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (chosen.index or 0) >= count:
+            raise ValueError(f"--device {device}: this machine has {count} CUDA device(s)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line entry point."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     import torch
 
+    from polymimic_serve.checkpoints import CheckpointError
     from polymimic_serve.observations import parse_camera_map
     from polymimic_serve.server import PolicyServer
     from polymimic_serve.trained_policy import load_policy
@@ -70,11 +131,23 @@ def main(argv: list[str] | None = None) -> int:
         camera_map = parse_camera_map(args.camera_map)
         if args.max_batch < 1:
             raise ValueError(f"--max-batch: a positive integer, got {args.max_batch}")
+        max_message_bytes = None
+        if args.max_message_mb is not None:
+            if not (math.isfinite(args.max_message_mb) and args.max_message_mb > 0):
+                raise ValueError(f"--max-message-mb: a positive number, got {args.max_message_mb}")
+            max_message_bytes = max(1, int(args.max_message_mb * 2**20))
         if args.threads is not None:
             if args.threads < 1:
                 raise ValueError(f"--threads: a positive integer, got {args.threads}")
             torch.set_num_threads(args.threads)
-        policy = load_policy(args.checkpoint, device=args.device, embodiment=args.embodiment)
+        _check_device(args.device)
+        policy = load_policy(
+            args.checkpoint,
+            device=args.device,
+            embodiment=args.embodiment,
+            max_parameters=args.max_parameters,
+            weights_dir=args.weights_dir,
+        )
         server = PolicyServer(
             policy,
             camera_map=camera_map,
@@ -84,10 +157,12 @@ def main(argv: list[str] | None = None) -> int:
             api_key=args.api_key,
             max_batch=args.max_batch,
             seed=args.seed,
+            max_message_bytes=max_message_bytes,
         )
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"polymimic-serve: {exc}", file=sys.stderr)
-        return 2
+    except (CheckpointError, ValueError, FileNotFoundError) as exc:
+        return _refuse(str(exc))
+    except (MemoryError, torch.OutOfMemoryError) as exc:
+        return _refuse(f"out of memory loading {args.checkpoint} on {args.device}: {exc}")
     meta = server.metadata
 
     def ready(running: PolicyServer) -> None:

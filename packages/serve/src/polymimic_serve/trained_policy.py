@@ -9,6 +9,7 @@ chunking, for the policies that can inpaint).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,17 +91,32 @@ class TrainedPolicy:
             raise ValueError(
                 f"observation images[{camera!r}]: uint8 {want}, got {array.dtype} {array.shape}"
             )
-        if not array.flags.writeable:  # e.g. unpacked from a message: torch wants its own
-            array = array.copy()
-        tensor = torch.from_numpy(array if batched else array[None])
+        resize = tuple(array.shape[-3:-1] if channels_last else array.shape[-2:]) != tuple(
+            self.image_size
+        )
+        if not array.flags.writeable and not resize:  # e.g. unpacked from a message
+            array = array.copy()  # torch wants its own; resizing below makes a new tensor
+        with warnings.catch_warnings():  # read-only: only read, by the resize
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            tensor = torch.from_numpy(array if batched else array[None])
         if channels_last:
             tensor = tensor.permute(0, 3, 1, 2)
-        if tuple(tensor.shape[-2:]) != self.image_size:
-            tensor = (
-                F.interpolate(tensor.float(), size=self.image_size, mode="bilinear", antialias=True)
-                .round()
-                .clamp_(0, 255)
-                .to(torch.uint8)
+        if resize:
+            # one channel at a time in float: a third of the memory, the same numbers
+            tensor = torch.cat(
+                [
+                    F.interpolate(
+                        tensor[:, c : c + 1].float(),
+                        size=self.image_size,
+                        mode="bilinear",
+                        antialias=True,
+                    )
+                    .round()
+                    .clamp_(0, 255)
+                    .to(torch.uint8)
+                    for c in range(tensor.shape[1])
+                ],
+                dim=1,
             )
         return tensor.contiguous()
 

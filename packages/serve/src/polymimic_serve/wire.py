@@ -95,7 +95,7 @@ def _dtype(raw: Any, what: str) -> np.dtype:
     if not isinstance(raw, str | bytes) or len(raw) > 8:
         raise WireError(f"{what}: dtype a short numpy dtype string, got {brief(raw)}")
     try:
-        dtype = np.dtype(raw)
+        dtype = np.dtype(raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw)
     except TypeError as exc:
         raise WireError(f"{what}: dtype {brief(raw)} is no numpy dtype") from exc
     if dtype.kind not in _READ_KINDS:

@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
         default=1.0,
         help="with --realtime: make each inference this many times slower (default 1)",
     )
+    ev.add_argument(
+        "--weights-dir", help="a Pi policy's PaliGemma folder, if not inside the checkpoint's"
+    )
     commands.add_parser("tasks", help="list the tasks (with the extras installed)")
     return parser
 
@@ -96,6 +99,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         videos=args.videos,
         realtime=args.realtime,
         inference_slowdown=args.inference_slowdown,
+        weights_dir=args.weights_dir,
     )
     print(describe(summary))
     print(json.dumps({k: v for k, v in summary.items() if k != "outcomes"}))

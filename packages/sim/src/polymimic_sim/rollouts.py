@@ -293,6 +293,7 @@ def evaluate_checkpoint(
     progress: bool = True,
     realtime: bool = False,
     inference_slowdown: float = 1.0,
+    weights_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Rollouts of a checkpoint or export in `task_name`; `out/summary.json` if `out`.
 
@@ -301,7 +302,8 @@ def evaluate_checkpoint(
     (polymimic_sim.parallel). With `via_server`, the policy is served on loopback and
     driven through `PolicyClient`: the robot's path, wire and all. With `out`, mp4s of the
     first `videos` episodes go to `out/videos/`. With `realtime`, one simulator runs at
-    wall-clock rate (see the module docstring; `workers` is then 1).
+    wall-clock rate (see the module docstring; `workers` is then 1). `weights_dir`: where
+    a Pi policy's PaliGemma folder is, when not inside the checkpoint's (see load_policy).
     """
     from polymimic_data.store import write_json_atomic
     from polymimic_serve import load_policy
@@ -318,7 +320,7 @@ def evaluate_checkpoint(
         logger.warning("realtime: one simulator at wall-clock rate (workers %d -> 1)", workers)
         workers = 1
     names = suite_tasks(task_name)  # an unknown suite or a missing extra fails before loading
-    trained = load_policy(checkpoint, device=device)
+    trained = load_policy(checkpoint, device=device, weights_dir=weights_dir)
     options = {"episodes": episodes, "seed": seed, "executor": executor, "videos": videos,
                "executor_options": executor_options, "progress": progress,
                "workers": workers, "via_server": via_server, "max_steps": max_steps,

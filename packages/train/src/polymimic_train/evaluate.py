@@ -3,7 +3,7 @@
 `evaluate checkpoint=<path> sim=<task> [sim.episodes=50] [sim.seed=1000]
 [sim.executor=chunk|temporal_ensemble|rtc] [sim.n_action_steps=N] [sim.delay=D]
 [sim.workers=2] [sim.videos=3] [sim.via_server=true] [sim.realtime=true]
-[sim.inference_slowdown=K]`: closed-loop rollouts in simulation
+[sim.inference_slowdown=K] [sim.weights_dir=DIR]`: closed-loop rollouts in simulation
 instead (polymimic-sim, the `sim` extra; a task such as aloha/transfer_cube or a suite such
 as metaworld/mt10), `sim.workers` simulators at once with the policy batched across them:
 the success rate with its 95% Wilson interval in `summary.json`, mp4s of the first
@@ -61,7 +61,11 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
     # As train checks and resolves them; the weights come from the checkpoint.
     data_cfg, episodes = checked_data(cfg, initial_weights=False)
     out = create_run_dir((run_dir or checkpoint.parent) / "eval", ".")
-    trained = load_policy(checkpoint, embodiment=next(iter(data_cfg["datasets"])))
+    # the run's own config names the folder a Pi policy reads PaliGemma's config from
+    weights_dir = OmegaConf.select(cfg, "model.paligemma_path", default=None)
+    trained = load_policy(
+        checkpoint, embodiment=next(iter(data_cfg["datasets"])), weights_dir=weights_dir
+    )
     datamodule, module = components(
         cfg,
         data_cfg,
@@ -104,7 +108,7 @@ def _flag(value: str) -> bool:
 SIM_OPTIONS = {"episodes": int, "seed": int, "executor": str, "n_action_steps": int,
                "delay": int, "workers": int, "videos": int,
                "via_server": _flag, "realtime": _flag,
-               "inference_slowdown": float}  # fmt: skip
+               "inference_slowdown": float, "weights_dir": str}  # fmt: skip
 
 
 def evaluate_in_sim(checkpoint: Path, settings: dict[str, str]) -> dict[str, Any]:
