@@ -142,11 +142,11 @@ def test_rollouts_in_real_time_measure_the_delay_a_slower_model_makes(
 
     def run(slowdown: float) -> dict:
         return evaluate(LocalPolicy(trained), task, episodes=2, seed=1000, executor="rtc",
-                        executor_options={"n_action_steps": 2}, max_steps=40, progress=False,
+                        executor_options={"n_action_steps": 2}, max_steps=60, progress=False,
                         realtime=True, inference_slowdown=slowdown)  # fmt: skip
 
     try:
-        fast, slow = run(1.0), run(6.0)
+        fast, slow = run(1.0), run(4.0)
         with pytest.raises(ValueError, match="in real time the delay is measured"):
             evaluate(LocalPolicy(trained), task, episodes=1, executor_options={"delay": 2},
                      realtime=True, progress=False)  # fmt: skip
@@ -154,9 +154,10 @@ def test_rollouts_in_real_time_measure_the_delay_a_slower_model_makes(
         task.close()
     for summary in (fast, slow):
         report = summary["realtime_report"]
-        assert summary["realtime"] and report["ticks"] == summary["env_steps"] == 80
-        assert report["chunks"] >= 2 and summary["mean_boundary_jerk"] is not None
-    # a model 6x slower is answered more ticks later; the loop went on meanwhile
+        assert summary["realtime"] and report["ticks"] == summary["env_steps"] == 120
+        assert report["chunks"] >= 1 and report["latency_ms_p50"] > 0
+    assert fast["realtime_report"]["chunks"] >= 2 and fast["mean_boundary_jerk"] is not None
+    # a model 4x slower is answered more ticks later; the loop went on meanwhile
     assert slow["realtime_report"]["delay_p50"] > fast["realtime_report"]["delay_p50"]
     assert slow["realtime_report"]["stale_ticks"] > fast["realtime_report"]["stale_ticks"]
     assert slow["realtime_report"]["chunks"] < fast["realtime_report"]["chunks"]
