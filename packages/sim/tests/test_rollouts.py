@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -140,8 +141,13 @@ def test_rollouts_in_real_time_measure_the_delay_a_slower_model_makes(
     trained = load_policy(untrained_sawyer)
     task = make_task(TASK, image_size=SIZE)
 
+    class AtLeast30ms(LocalPolicy):  # a floor, so that a fast machine measures delays too
+        def infer(self, observation: dict) -> dict:
+            time.sleep(0.03)
+            return super().infer(observation)
+
     def run(slowdown: float) -> dict:
-        return evaluate(LocalPolicy(trained), task, episodes=2, seed=1000, executor="rtc",
+        return evaluate(AtLeast30ms(trained), task, episodes=2, seed=1000, executor="rtc",
                         executor_options={"n_action_steps": 2}, max_steps=60, progress=False,
                         realtime=True, inference_slowdown=slowdown)  # fmt: skip
 

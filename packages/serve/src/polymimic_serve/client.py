@@ -52,11 +52,11 @@ class PolicyClient:
         """The server's reply to one observation; RuntimeError with the server's words."""
         if self._reset:
             observation = {**observation, "reset": True}
-            self._reset = False
         self._connection.send(packb(observation))
         reply = self._connection.recv()
-        if isinstance(reply, str):
+        if isinstance(reply, str):  # refused: the server's history is as it was, reset pending
             raise RuntimeError(f"Error in inference server:\n{reply}")
+        self._reset = False
         return unpackb(reply)
 
     def reset(self) -> None:

@@ -177,7 +177,14 @@ class ChunkBroker(ChunkExecutor):
         super().reset()
         self.current = self.pending = None
 
+    def _promote(self, tick: int) -> None:
+        """The pending chunk takes over once it may run (before asking or acting at `tick`)."""
+        if self.pending is not None and tick >= self.pending.ready:
+            self.current, self.pending = self.pending, None
+            self.switches.append(tick)
+
     def wants_chunk(self, tick: int) -> bool:
+        self._promote(tick)  # a chunk that takes over now counts its steps from now
         if self.current is None:
             return True
         return self.pending is None and tick >= self.current.start + self.n_action_steps
@@ -191,11 +198,9 @@ class ChunkBroker(ChunkExecutor):
             self.pending = chunk
 
     def action(self, tick: int) -> np.ndarray:
+        self._promote(tick)
         if self.current is None:
             return self.hold()
-        if self.pending is not None and tick >= self.pending.ready:
-            self.current, self.pending = self.pending, None
-            self.switches.append(tick)
         step = tick - self.current.start
         if step >= self.horizon:
             return self.hold()

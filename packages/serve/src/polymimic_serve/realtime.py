@@ -41,6 +41,15 @@ from polymimic_serve.executors import ChunkExecutor
 logger = logging.getLogger("polymimic_serve")
 
 
+def _owned(value: Any) -> Any:
+    """`value` with its arrays copied (a robot may reuse its camera buffers meanwhile)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, Mapping):
+        return {k: _owned(v) for k, v in value.items()}
+    return value
+
+
 @dataclass
 class _InFlight:
     asked_at: int
@@ -114,7 +123,7 @@ class RealTimeRunner:
     def expected_delay(self) -> int:
         """The delay the next request is planned for: the most of the latest measured."""
         limit = self.executor.horizon - 1
-        return min(max(self.recent, default=0), limit)
+        return min(max(max(self.recent, default=1), 1), limit)  # a chunk is never used at once
 
     def start(self, observation: Mapping[str, Any]) -> np.ndarray:
         """A new episode: waits for its first chunk, starts the clock; tick 0's action."""
@@ -141,7 +150,7 @@ class RealTimeRunner:
         sent = executor.observe(observation)
         if self.in_flight is None and executor.wants_chunk(t):
             executor.requests += 1
-            request = executor.request(sent, t, self.expected_delay())
+            request = _owned(executor.request(sent, t, self.expected_delay()))
             self.in_flight = _InFlight(t, self.pool.submit(self._infer, request))
         return self._finish(t)
 

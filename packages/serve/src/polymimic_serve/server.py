@@ -124,6 +124,11 @@ class AuthThrottle:
 
     def failed(self, address: str) -> None:
         """Count a refusal; log the first of a burst (with how many went unlogged before)."""
+        if len(self.failures) > 4096:  # many addresses failing once: forget the old ones
+            now = self.clock()
+            for old in [a for a, t in self.failures.items() if not t or now - t[-1] > self.window]:
+                del self.failures[old]
+                self.unlogged.pop(old, None)
         times = self._recent(address)
         if not times:
             before = self.unlogged.pop(address, 0)

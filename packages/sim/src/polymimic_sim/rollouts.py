@@ -73,6 +73,8 @@ def boundary_jerk(actions: np.ndarray, switches: list[int]) -> float | None:
     A new chunk first executed at tick s: the differences ending at s..s+2, in the data's
     units per tick cubed; None without a boundary three ticks clear of the ends.
     """
+    if len(actions) < 4:
+        return None  # e.g. a simulator that gave up at once
     jerk = np.linalg.norm(np.diff(actions, n=3, axis=0), axis=1)  # jerk[i] ends at tick i + 3
     windows = [jerk[t - 3] for s in switches for t in range(s, s + 3) if 3 <= t < len(actions)]
     return float(np.mean(windows)) if windows else None
