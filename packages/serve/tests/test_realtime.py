@@ -105,9 +105,8 @@ def test_every_request_carries_the_last_two_ticks_states_in_real_time() -> None:
 def test_the_history_at_inference_is_the_history_training_saw(tiny_policy, tmp_path: Path) -> None:
     """A K = 2 policy driven once per 4 ticks: each inference sees frames t-1 and t, as
     EpisodeDataset(history=2) gives them; before, the server's history held t-4 and t."""
-    from polymimic_data import EpisodeDataset, resolve_episodes
-    from polymimic_data.embodiments.registry import get_embodiment
-    from polymimic_data.synthetic.episodes import generate_episode
+    from polymimic_data import EpisodeDataset, get_embodiment, resolve_episodes
+    from polymimic_data.synthetic import generate_episode
 
     generate_episode(
         tmp_path / "ep.zarr", get_embodiment("eva_bimanual"), frames=24, height=16, width=16, seed=0

@@ -17,8 +17,7 @@ One model serves every client: the requests waiting together run as one batch (u
 `max_batch`, 8 by default). Reading messages, resizing images and inference run off the
 event loop (a message past 4 MiB on a thread of its own, one at a time, so a client sending
 the largest messages holds one core, not every thread), so keep-alive pings are answered
-during a slow call. A connection holds one message at a time (openpi's protocol is request
-then reply). A message is capped at
+during a slow call. A message is capped at
 `max_message_bytes` (by default room for max(4, the policy's cameras) frames at 1080x1920,
 plus 1 MiB), refused by the websocket layer before its bytes are held; what it holds is
 bounded by `WireLimits` (see wire) and each frame by the reader's pixel bounds.
@@ -315,7 +314,6 @@ class PolicyServer:
                 self.port,
                 compression=None,
                 max_size=self.limits.max_message_bytes,
-                max_queue=1,  # request, reply: a client cannot park messages in the server
                 process_request=self._process_request,
             ) as server:
                 self.port = _bound_port(server, self.port)
