@@ -213,8 +213,8 @@ class PolicyServer:
         self.host, self.port, self.api_key, self.max_batch = host, port, api_key, max_batch
         self.batcher: Batcher | None = None
         self.throttle = AuthThrottle()
-        # one large message is read at a time: an abuser holds one core, never every thread
-        self.large_reads = ThreadPoolExecutor(1, thread_name_prefix="polymimic-large-read")
+        # made by serve(): one large message is read at a time, an abuser holds one core
+        self.large_reads: ThreadPoolExecutor | None = None
 
     def _process_request(
         self, connection: ServerConnection, request: HTTPRequest
@@ -268,7 +268,7 @@ class PolicyServer:
         if isinstance(message, str):
             return "observation: a binary msgpack frame, got a text frame"
         try:
-            if len(message) > LARGE_MESSAGE:
+            if len(message) > LARGE_MESSAGE and self.large_reads is not None:
                 loop = asyncio.get_running_loop()
                 request = await loop.run_in_executor(self.large_reads, self._read, message, history)
             else:
