@@ -72,6 +72,20 @@ def test_with_a_delay_the_old_chunk_runs_on_until_the_new_one_arrives(name: str)
             assert rtc["delay"] == 2
 
 
+def test_rtc_freezes_the_held_last_step_when_the_chunk_runs_out_before_the_answer() -> None:
+    # In real time a request may expect more delay than the current chunk has steps left: the
+    # robot then holds the chunk's last action, and that is what the new chunk must continue.
+    policy = ScriptedPolicy(horizon=8)
+    executor = make_executor("rtc", policy, n_action_steps=4)
+    executor.accept(executor.check(policy.infer({"tick": 0})), asked_at=0, ready_at=0)
+    sent = executor.ask({"tick": 6}, tick=6, delay=5)  # 2 steps left, 5 ticks to wait
+    rtc = sent["rtc"]
+    assert rtc["delay"] == 5 and executor.requests == 1
+    np.testing.assert_array_equal(rtc["actions"][:, 0], [6, 7, 7, 7, 7])
+    ran = [executor.action(t)[0] for t in range(6, 11)]  # what the robot runs meanwhile
+    assert ran == [6, 7, 7, 7, 7] and executor.starved == 3
+
+
 def test_temporal_ensembling_averages_every_prediction_for_the_tick_oldest_heaviest() -> None:
     coefficient, horizon = 0.5, 4
     actions = _run(

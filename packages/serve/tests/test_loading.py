@@ -210,7 +210,7 @@ CASES: dict[str, tuple[Make, tuple[str, ...]]] = {
     "empty safetensors": (_bad_weights(b""), ("model.safetensors: not a safetensors file",)),
     "record not a mapping": (
         lambda tmp, export: _export(tmp, export, lambda config: config.update(record=[1, 2])),
-        ("config.json: the 'polymimic' record is a list; expected a mapping",),
+        ("config.json: the 'polymimic' record is a list of 2; expected a mapping",),
     ),
     "record without norm": (
         _record(lambda record: record.pop("norm")),
@@ -218,19 +218,19 @@ CASES: dict[str, tuple[Make, tuple[str, ...]]] = {
     ),
     "policy a string": (
         _record(lambda record: record.update(policy="hpt")),
-        ("record.policy is 'hpt'; expected {name",),
+        ("record.policy is str 'hpt'; expected {name",),
     ),
     "history a string": (
         _record(lambda record: record["embodiments"]["eva_bimanual"].update(history="2")),
-        ("record.embodiments.eva_bimanual.history is '2'; expected an integer from 1 to 10000",),
+        ("eva_bimanual.history is str '2'; expected an integer from 1 to 10000",),
     ),
     "horizon huge": (
         _record(lambda record: record["embodiments"]["eva_bimanual"].update(horizon=10**9)),
-        ("record.embodiments.eva_bimanual.horizon is 1000000000; expected an integer from 1",),
+        ("record.embodiments.eva_bimanual.horizon is int 1000000000; expected an integer from 1",),
     ),
     "cameras not a list": (
         _record(lambda record: record["embodiments"]["eva_bimanual"].update(cameras="front_1")),
-        ("record.embodiments.eva_bimanual.cameras is 'front_1'; expected a list",),
+        ("record.embodiments.eva_bimanual.cameras is str 'front_1'; expected a list",),
     ),
     "no layout": (
         _record(lambda record: record.update(layouts={})),
@@ -238,35 +238,35 @@ CASES: dict[str, tuple[Make, tuple[str, ...]]] = {
     ),
     "layout of a huge channel": (
         _record(lambda record: record["layouts"]["eva_bimanual"]["groups"][-1].update(stop=10**12)),
-        ("record.embodiments.eva_bimanual.state_dim is 16; expected 1000000000000 (its layout",),
+        ("eva_bimanual.state_dim is int 16; expected 1000000000000 (its layout",),
     ),
     "statistics of the wrong width": (
         _record(lambda record: record["norm"]["stats"]["eva_bimanual"]["state"]["mean"].pop()),
-        ("record.norm.stats.eva_bimanual.state.mean is a list; expected a list of 16 numbers",),
+        ("stats.eva_bimanual.state.mean is a list of 15; expected a list of 16 numbers",),
     ),
     "norm mode unknown": (
         _record(lambda record: record["norm"].update(mode="exec")),
-        ("record.norm.mode is 'exec'; expected one of ['zscore', 'minmax', 'quantile']",),
+        ("record.norm.mode is str 'exec'; expected one of ['zscore', 'minmax', 'quantile']",),
     ),
     "image_size huge": (
         _record(lambda record: record.update(image_size=[100_000, 100_000])),
-        ("record.image_size[0] is 100000; expected an integer from 1 to 4096",),
+        ("record.image_size[0] is int 100000; expected an integer from 1 to 4096",),
     ),
     "image_size of one side": (
         _record(lambda record: record.update(image_size=[64])),
-        ("record.image_size is a list; expected [height, width]",),
+        ("record.image_size is a list of 1; expected [height, width]",),
     ),
     "fps negative": (
         _record(lambda record: record["fps"].update(eva_bimanual=-30)),
-        ("record.fps.eva_bimanual is -30; expected a positive number",),
+        ("record.fps.eva_bimanual is int -30; expected a positive number",),
     ),
     "step not an integer": (
         lambda tmp, export: _export(tmp, export, lambda config: config.update(step="last")),
-        ("config.json: the step is 'last'; expected an integer >= 0",),
+        ("config.json: the step is str 'last'; expected an integer >= 0",),
     ),
     "state_dict not a mapping": (
         lambda tmp, export: _checkpoint(tmp, export, lambda saved: saved.update(state_dict=[1])),
-        ("crafted.ckpt: state_dict is a list; expected a mapping of names to tensors",),
+        ("crafted.ckpt: state_dict is a list of 1; expected a mapping of names to tensors",),
     ),
     "policy config unknown field": (
         _record(lambda record: record["policy"]["config"].update(d_modle=32)),
@@ -309,21 +309,21 @@ CASES: dict[str, tuple[Make, tuple[str, ...]]] = {
     "paligemma_path ../ outside": (
         _pi_dotdot,
         (
-            "record.policy.config.paligemma_path: '../elsewhere/paligemma' resolves to",
+            "record.policy.config.paligemma_path: str '../elsewhere/paligemma' resolves to",
             "elsewhere/paligemma, outside the checkpoint's folder",
         ),
     ),
     "paligemma_path a symlink out": (
         _pi_symlink,
         (
-            "record.policy.config.paligemma_path: 'paligemma' resolves to",
+            "record.policy.config.paligemma_path: str 'paligemma' resolves to",
             "elsewhere/paligemma, outside",
         ),
     ),
     "paligemma_path holds a symlink out": (
         _pi_file_symlink,
         (
-            "record.policy.config.paligemma_path: 'paligemma' holds an entry that resolves to",
+            "record.policy.config.paligemma_path: str 'paligemma' holds an entry that resolves to",
             "elsewhere/paligemma/config.json, outside",
         ),
     ),

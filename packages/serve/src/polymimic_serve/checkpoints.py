@@ -49,6 +49,7 @@ from polymimic_policies import (
     policy_record,
     registered_policies,
 )
+from polymimic_serve.wire import brief
 
 RECORD = "polymimic"
 EXPORT_WEIGHTS, EXPORT_CONFIG = "model.safetensors", "config.json"
@@ -112,18 +113,8 @@ def checkpoint_record(
 # The record's shape, checked before anything is built from it.
 
 
-def _what(value: Any, limit: int = 60) -> str:
-    """A value, briefly, for an error line (never its whole text)."""
-    if value is None or isinstance(value, bool | int | float):
-        text = repr(value)
-        return text if len(text) <= 40 else f"an integer of {len(text)} digits"
-    if isinstance(value, str):
-        return repr(value) if len(value) <= limit else f"{value[:limit]!r}..."
-    return f"a {type(value).__name__}"
-
-
 def _bad(source: Path, where: str, value: Any, expected: str) -> CheckpointError:
-    return CheckpointError(f"{source}: {where} is {_what(value)}; expected {expected}")
+    return CheckpointError(f"{source}: {where} is {brief(value)}; expected {expected}")
 
 
 def _mapping(source: Path, where: str, value: Any, expected: str) -> dict[str, Any]:
@@ -177,7 +168,7 @@ def _check_policy(source: Path, value: Any) -> None:
     name = policy.get("name")
     if not isinstance(name, str):
         raise UnregisteredCheckpointPolicyError(
-            f"{source}: record.policy: no registered policy name (name {_what(name)}); "
+            f"{source}: record.policy: no registered policy name (name {brief(name)}); "
             f"expected {{'name': one of {registered_policies()}, 'config': {{...}}}}"
         )
     try:
@@ -407,7 +398,7 @@ def _open_export(folder: Path) -> TrainedFiles:
     config = _mapping(config_path, "the file", _read_json(config_path), "a JSON object")
     if config.get("format") != EXPORT_FORMAT:
         raise CheckpointError(
-            f"{config_path}: format {_what(config.get('format'))}, this version reads "
+            f"{config_path}: format {brief(config.get('format'))}, this version reads "
             f"{EXPORT_FORMAT!r}"
         )
     if "record" not in config:
@@ -510,13 +501,13 @@ def local_weights_inside(
         try:
             resolved, escape = _resolve_inside(value, opened.folder, folders)
         except TypeError:
-            raise CheckpointError(f"{where} is {_what(value)}; expected a path") from None
+            raise CheckpointError(f"{where} is {brief(value)}; expected a path") from None
         except (OSError, RuntimeError) as exc:  # e.g. a symlink loop
-            raise CheckpointError(f"{where}: {_what(value)} cannot be resolved ({exc})") from None
+            raise CheckpointError(f"{where}: {brief(value)} cannot be resolved ({exc})") from None
         if escape is not None:
             what = "resolves to" if escape == resolved else "holds an entry that resolves to"
             raise CheckpointError(
-                f"{where}: {_what(value, 200)} {what} {escape}, outside {allowed}; a loaded policy "
+                f"{where}: {brief(value, 200)} {what} {escape}, outside {allowed}; a loaded policy "
                 f"reads its {weights.name} folder only from inside those: put it there or "
                 "pass the folder that holds it as weights_dir (--weights-dir)"
             )

@@ -19,8 +19,8 @@ goes on. The very first chunk of an episode is waited for. In `act`'s synchronou
 delay is a fixed number of ticks (`delay`; with 0, `chunk` is openpi's broker exactly); a
 `RealTimeRunner` (realtime) runs the same executors against a clock, asks on a worker
 thread and measures each delay. Each executor is four steps the two loops share:
-`wants_chunk(tick)`, `request(observation, tick, delay)`, `accept(actions, asked_at,
-ready_at)` and `action(tick)`.
+`wants_chunk(tick)`, `ask(observation, tick, delay)` (the executor's `request`, counted),
+`accept(actions, asked_at, ready_at)` and `action(tick)`.
 
 The state history (K steps at the data's rate, the metadata's `history`) is kept here, from
 every tick's observation, and sent whole as the state (K, S) with each request: a client
@@ -117,6 +117,11 @@ class ChunkExecutor:
         """What to send for a chunk asked for at `tick`, expected after `delay` ticks."""
         return dict(observation)
 
+    def ask(self, observation: Mapping[str, Any], tick: int, delay: int) -> dict[str, Any]:
+        """`request`, counted: what both loops send when `wants_chunk` says so."""
+        self.requests += 1
+        return self.request(observation, tick, delay)
+
     def accept(self, actions: np.ndarray, asked_at: int, ready_at: int) -> None:
         """A chunk asked for at `asked_at` arrived; it may run from `ready_at` on."""
         raise NotImplementedError
@@ -146,8 +151,7 @@ class ChunkExecutor:
         t = self.tick
         sent = self.observe(observation)
         if self.wants_chunk(t):
-            self.requests += 1
-            actions = self.check(self.policy.infer(self.request(sent, t, self.delay)))
+            actions = self.check(self.policy.infer(self.ask(sent, t, self.delay)))
             self.accept(actions, t, t if self.received == 0 else t + self.delay)
         action = self.action(t)
         self.tick += 1
@@ -230,8 +234,10 @@ class RealTimeChunking(ChunkBroker):
         remaining = self.current.actions[tick - self.current.start :]
         if not len(remaining):
             return dict(observation)  # nothing overlaps: a fresh chunk
-        frozen = min(delay, len(remaining))  # the steps that will run before it arrives
-        return {**observation, "rtc": {"actions": remaining, "delay": frozen}}
+        if len(remaining) < delay:  # the chunk runs out before the answer: its last step is held
+            held = np.repeat(remaining[-1:], delay - len(remaining), axis=0)
+            remaining = np.concatenate([remaining, held])
+        return {**observation, "rtc": {"actions": remaining, "delay": delay}}
 
 
 class TemporalEnsemble(ChunkExecutor):

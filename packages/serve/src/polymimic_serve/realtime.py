@@ -132,8 +132,7 @@ class RealTimeRunner:
         executor, t = self.executor, 0
         sent = executor.observe(observation)
         started = self.clock()
-        executor.requests += 1
-        reply = self._infer(executor.request(sent, t, 0))
+        reply = self._infer(executor.ask(sent, t, 0))
         executor.accept(executor.check(reply), t, t)
         # the first wait, in ticks, is what the second request expects until it is measured
         self.recent.append(math.ceil((self.clock() - started) * self.fps))
@@ -149,8 +148,7 @@ class RealTimeRunner:
         self._collect(t)
         sent = executor.observe(observation)
         if self.in_flight is None and executor.wants_chunk(t):
-            executor.requests += 1
-            request = _owned(executor.request(sent, t, self.expected_delay()))
+            request = _owned(executor.ask(sent, t, self.expected_delay()))
             self.in_flight = _InFlight(t, self.pool.submit(self._infer, request))
         return self._finish(t)
 

@@ -53,15 +53,18 @@ class WireLimits:
             raise ValueError(f"max_depth: at least 2, got {self.max_depth}")
 
 
-def brief(value: Any) -> str:
-    """A short description of a client's value, safe to put in an error text."""
+def brief(value: Any, limit: int = BRIEF) -> str:
+    """A value someone else wrote, briefly: safe to put in an error text.
+
+    A client's message or a checkpoint's record: its type and at most `limit` characters.
+    """
     if isinstance(value, np.ndarray):
         return f"{value.dtype} array {value.shape}"
     if isinstance(value, bytes | bytearray | memoryview):
         return f"{len(value)} bytes"
     if isinstance(value, str | int | float | bool | np.number | np.bool_) or value is None:
         text = repr(value.item() if isinstance(value, np.generic) else value)
-        text = text if len(text) <= BRIEF else f"{text[:BRIEF]}... ({len(text)} characters)"
+        text = text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
         return f"{type(value).__name__} {text}"
     if isinstance(value, dict | list | tuple):
         return f"a {type(value).__name__} of {len(value)}"
