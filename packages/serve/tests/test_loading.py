@@ -31,6 +31,7 @@ from polymimic_serve.checkpoints import (
     open_trained,
     read_export,
     sized_policy,
+    write_export,
 )
 from polymimic_serve.cli import main
 
@@ -420,7 +421,7 @@ def test_a_missing_path_is_a_checkpoint_error_and_a_file_not_found_error(tmp_pat
 
 @pytest.fixture(scope="module")
 def pi_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny Pi export whose PaliGemma (config and tokenizer) lies outside it."""
+    """A tiny Pi export, written from a config naming a PaliGemma folder outside it."""
     from polymimic_policies import PiConfig
     from polymimic_policies.paligemma_loading import make_tiny_paligemma
     from polymimic_serve import write_untrained_export
@@ -440,20 +441,44 @@ def pi_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+def test_a_pi_export_holds_paligemmas_config_and_tokenizer_never_its_weights(
+    pi_export: Path, tmp_path: Path
+) -> None:
+    models = pi_export.parent / "models" / "paligemma-tiny"
+    assert (models / "model.safetensors").is_file()
+    held = sorted(p.name for p in (pi_export / "paligemma").iterdir())
+    assert {"config.json", "tokenizer.json"} <= set(held)
+    assert held == sorted(p.name for p in models.iterdir() if p.name != "model.safetensors")
+    # A robot computer gets the export alone: it loads with nothing else and no weights_dir.
+    alone = shutil.copytree(pi_export, tmp_path / "alone")
+    path = load_policy(alone).policy.config.to_dict()["paligemma_path"]
+    assert path == str((alone / "paligemma").resolve())
+
+
 def test_pi_reads_its_paligemma_only_from_the_export_or_the_weights_dir(
     pi_export: Path, tmp_path: Path
 ) -> None:
     models = pi_export.parent / "models"
+    outside = shutil.copytree(pi_export, tmp_path / "outside")
+    shutil.rmtree(outside / "paligemma")
+    config = json.loads((outside / EXPORT_CONFIG).read_text())
+    config["record"]["policy"]["config"]["paligemma_path"] = str(models / "paligemma-tiny")
+    (outside / EXPORT_CONFIG).write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match=r"paligemma_path: .* outside the checkpoint's"):
-        load_policy(pi_export)
-    loaded = load_policy(pi_export, weights_dir=models)
+        load_policy(outside)
+    loaded = load_policy(outside, weights_dir=models)
     path = loaded.policy.config.to_dict()["paligemma_path"]
     assert path == str((models / "paligemma-tiny").resolve())
-    # Inside the export, named relative to it: no weights folder needed.
-    inside = shutil.copytree(pi_export, tmp_path / "export")
-    shutil.copytree(models / "paligemma-tiny", inside / "paligemma")
-    config = json.loads((inside / EXPORT_CONFIG).read_text())
-    config["record"]["policy"]["config"]["paligemma_path"] = "paligemma"
-    (inside / EXPORT_CONFIG).write_text(json.dumps(config))
-    path = load_policy(inside).policy.config.to_dict()["paligemma_path"]
-    assert path == str((inside / "paligemma").resolve())
+
+
+def test_an_export_of_a_record_whose_folder_is_gone_says_how_to_serve_it(
+    pi_export: Path, tmp_path: Path
+) -> None:
+    record, state, step = read_export(pi_export)
+    with pytest.warns(UserWarning, match=r"paligemma_path: .* not a folder here.*--weights-dir"):
+        out = write_export(record, state, step, tmp_path / "copy", base=tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    again = write_export(record, state, step, tmp_path / "again", base=pi_export)
+    assert sorted(p.name for p in (again / "paligemma").iterdir()) == sorted(
+        p.name for p in (pi_export / "paligemma").iterdir()
+    )

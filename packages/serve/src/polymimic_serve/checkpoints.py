@@ -612,6 +612,44 @@ def check_state(
         )
 
 
+# Files a local folder's weights are in: an export leaves them out (its own weights replace them).
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
+def _bundle_local_folders(record: Mapping[str, Any], staging: Path, base: Path) -> dict[str, Any]:
+    """The record with every local folder its policy reads copied into `staging`, weights out.
+
+    Pi's `paligemma_path` names PaliGemma's folder, whose config.json and tokenizer are read
+    when the policy is built (never its weights, which the export holds): they are copied to
+    `staging/paligemma` and the record names that folder relative to the export, so a robot
+    computer serves the export alone. A relative path is taken from `base`. A folder that is
+    not there is left named as it was (the loader then needs a weights folder), with a warning.
+    """
+    from fnmatch import fnmatch
+
+    policy = record["policy"]
+    config = dict(policy.get("config", {}))
+    for name in policy_class(policy["name"]).local_weights:
+        value = config.get(name)
+        if not isinstance(value, str) or not value:
+            continue
+        folder = base / Path(value).expanduser()
+        if not folder.is_dir():
+            warnings.warn(
+                f"record.policy.config.{name}: {folder} is not a folder here, so the export "
+                "does not hold it; serve it with --weights-dir naming the folder that does",
+                stacklevel=3,
+            )
+            continue
+        kept = staging / name.removesuffix("_path")
+        kept.mkdir()
+        for entry in sorted(folder.iterdir()):
+            if entry.is_file() and not any(fnmatch(entry.name, p) for p in WEIGHT_PATTERNS):
+                shutil.copyfile(entry, kept / entry.name)  # a symlink's target, as a file
+        config[name] = kept.name
+    return {**record, "policy": {**policy, "config": config}}
+
+
 def write_export(
     record: Mapping[str, Any],
     state: Mapping[str, torch.Tensor],
@@ -620,11 +658,16 @@ def write_export(
     *,
     source: str | None = None,
     overwrite: bool = False,
+    base: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write `out/model.safetensors` and `out/config.json`; returns `out`.
 
-    The folder appears whole or not at all; an existing one is replaced only with
-    `overwrite` (and then only once the new one is complete).
+    The export is self-contained: the files a policy reads from local folders when it is
+    built (Pi's PaliGemma config and tokenizer, never base weights) are copied in, and the
+    record names them inside it (a relative path in `record` is taken from `base`, the
+    checkpoint's folder; the current folder by default). The folder appears whole or not at
+    all; an existing one is replaced only with `overwrite` (and then only once the new one is
+    complete).
     """
     from safetensors.torch import save_file
 
@@ -637,6 +680,7 @@ def write_export(
         # safetensors wants contiguous tensors that share no storage.
         kept = {k: v.contiguous().clone() for k, v in state.items() if k.startswith(KEPT)}
         save_file(kept, staging / EXPORT_WEIGHTS)
+        record = _bundle_local_folders(record, staging, Path(base) if base else Path.cwd())
         config = {"format": EXPORT_FORMAT, "step": step, "source": source, "record": record}
         (staging / EXPORT_CONFIG).write_text(json.dumps(config, indent=2))
         staging.chmod(0o755)

@@ -44,6 +44,7 @@ def export_policy(
     checkpoint = Path(checkpoint)
     record, state, step = read_checkpoint(checkpoint)
     out = Path(out) if out is not None else default_export_dir(checkpoint, step)
+    source = checkpoint.resolve()
     return write_export(
-        record, state, step, out, source=str(checkpoint.resolve()), overwrite=overwrite
+        record, state, step, out, source=str(source), overwrite=overwrite, base=source.parent
     )
