@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 import urllib.request
@@ -295,3 +297,17 @@ def test_each_executor_drives_the_server(tiny_policy, observation, name: str) ->
         actions = np.stack([executor.act(observation(tick)) for tick in range(20)])
     assert actions.shape == (20, 16) and np.isfinite(actions).all()
     assert executor.requests == (20 if name == "temporal_ensemble" else 5)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own niceness is Linux's")
+def test_the_large_message_thread_yields_to_inference_and_only_it() -> None:
+    from polymimic_serve.server import LARGE_READ_NICENESS, yield_to_inference
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before = niceness()
+    with ThreadPoolExecutor(1, initializer=yield_to_inference) as pool:
+        inside = pool.submit(niceness).result()
+    assert inside == min(before + LARGE_READ_NICENESS, 19)
+    assert niceness() == before  # the event loop's thread and inference keep their priority
