@@ -37,6 +37,10 @@ def test_workers_batch_the_policy_and_an_episode_depends_on_its_seed_alone(
     assert _returns(two) == _returns(again)  # the same seeds, the same outcomes
     # other slots and other batch-mates: the same episodes, up to float rounding
     assert _returns(one) == pytest.approx(_returns(two), rel=1e-4)
+    # how chunks join is measured in lockstep as in one simulator (it was missing: None)
+    jerks = [o["boundary_jerk"] for o in two["outcomes"]]
+    assert None not in jerks and two["mean_boundary_jerk"] is not None
+    assert jerks == pytest.approx([o["boundary_jerk"] for o in one["outcomes"]], rel=1e-3)
 
 
 def test_workers_drive_the_policy_through_its_server(untrained_sawyer: Path) -> None:

@@ -36,6 +36,7 @@ from polymimic_serve.trained_policy import TrainedPolicy
 from polymimic_sim.rollouts import (
     EpisodeTally,
     Outcome,
+    boundary_jerk,
     seeds_of,
     summarise,
     write_episode_video,
@@ -235,10 +236,13 @@ def _lockstep(
                 if isinstance(result, tuple):  # ("crashed", why)
                     outcome: Outcome | None = tally.crashed(result[1])
                 else:
-                    outcome = tally.add(result)
+                    outcome = tally.add(result, actions[slot])
                     running[slot] = (tally, result.observation)
                 if outcome is None:
                     continue
+                outcome.boundary_jerk = boundary_jerk(
+                    np.asarray(tally.actions), executors[slot].switches
+                )
                 outcomes.append(outcome)
                 bar.update()
                 if tally.frames and video_dir is not None:
