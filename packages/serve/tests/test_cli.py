@@ -1,11 +1,15 @@
 """`polymimic-serve`'s refusals: one line naming what is wrong, before any serving.
 
 And what it passes on: the limits (`--max-batch`, by default 8, batching across clients;
-`--max-message-mb`; `--max-parameters`) and the weights folder.
+`--max-message-mb`; `--max-parameters`) and the weights folder; and how it stops.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -111,3 +115,34 @@ def test_the_limits_and_the_weights_folder_reach_the_loader_and_the_server(
     loaded, made = _served(monkeypatch, argv)
     assert made["max_batch"] == 1 and made["max_message_bytes"] == 3 * 2**19
     assert loaded["max_parameters"] == 20_000_000_000 and loaded["weights_dir"] == str(tmp_path)
+
+
+def _ignore_sigint() -> None:
+    """What a process started in the background by a script (`polymimic-serve ... &`) has."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_server_started_in_the_background_stops_cleanly(
+    tiny_export: Path, tmp_path: Path, stop: str
+) -> None:
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "polymimic_serve.cli", str(tiny_export), "--port", "0"],
+            stdout=out, stderr=subprocess.STDOUT, preexec_fn=_ignore_sigint,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "serving" not in log.read_text():
+            assert process.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+        process.send_signal(getattr(signal, stop))
+        assert process.wait(timeout=30) == 0, log.read_text()[-2000:]
+        assert log.read_text().rstrip().endswith("stopped")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

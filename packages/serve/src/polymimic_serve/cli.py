@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import math
 import os
+import signal
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from polymimic_serve import __version__
+
+if TYPE_CHECKING:
+    from polymimic_serve.server import PolicyServer
+
+logger = logging.getLogger("polymimic_serve")
 
 
 def _count(text: str) -> int:
@@ -174,13 +183,35 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     try:
-        asyncio.run(server.serve(on_ready=ready))
+        asyncio.run(_serve_until_stopped(server, ready))
     except KeyboardInterrupt:
         pass
     except OSError as exc:  # e.g. the port is taken
         print(f"polymimic-serve: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+async def _serve_until_stopped(server: PolicyServer, ready: Callable[[PolicyServer], None]) -> None:
+    """Serve until SIGINT (Ctrl-C) or SIGTERM (a process manager's stop): a clean stop.
+
+    Both are handled whatever the process inherited: started in the background by a
+    script (`polymimic-serve ... &`), a process has SIGINT ignored, and Ctrl-C or `kill
+    -INT` would otherwise not stop it at all.
+    """
+    loop = asyncio.get_running_loop()
+    serving = asyncio.current_task()
+    assert serving is not None
+    for name in STOP_SIGNALS:
+        with contextlib.suppress(AttributeError, NotImplementedError, RuntimeError):  # Windows
+            loop.add_signal_handler(getattr(signal, name), serving.cancel)
+    try:
+        await server.serve(on_ready=ready)
+    except asyncio.CancelledError:
+        logger.info("stopped")
 
 
 if __name__ == "__main__":
