@@ -121,3 +121,5 @@ def test_an_error_text_quotes_a_client_value_briefly() -> None:
     assert brief(np.zeros((3, 4), np.float32)) == "float32 array (3, 4)"
     assert brief(b"\x00" * 10**6) == "1000000 bytes"
     assert brief({"a": 1}) == "a dict of 1"
+    assert brief(10**5000) == "int of 16610 bits"  # a record from a file (repr would raise)
+    assert brief(-(10**300)).endswith("(302 characters)")

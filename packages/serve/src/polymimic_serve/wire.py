@@ -62,6 +62,8 @@ def brief(value: Any, limit: int = BRIEF) -> str:
         return f"{value.dtype} array {value.shape}"
     if isinstance(value, bytes | bytearray | memoryview):
         return f"{len(value)} bytes"
+    if isinstance(value, int) and value.bit_length() > 1000:  # repr refuses past 4300 digits
+        return f"int of {value.bit_length()} bits"
     if isinstance(value, str | int | float | bool | np.number | np.bool_) or value is None:
         text = repr(value.item() if isinstance(value, np.generic) else value)
         text = text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
