@@ -10,8 +10,9 @@ import pytest
 
 from polymimic_serve import load_policy
 from polymimic_sim import UnknownTaskError
+from polymimic_sim.episodes import FAILURE_COLOUR
 from polymimic_sim.parallel import evaluate_parallel
-from polymimic_sim.rollouts import FAILURE_COLOUR, evaluate_checkpoint
+from polymimic_sim.rollouts import evaluate_checkpoint
 from polymimic_sim.task_workers import TaskWorkers
 
 TASK, SIZE = "metaworld/reach-v3", (48, 64)

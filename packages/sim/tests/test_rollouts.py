@@ -104,7 +104,8 @@ def test_a_simulator_that_gives_up_is_a_failure_not_a_crash() -> None:
 
 
 def test_a_suite_is_its_tasks_in_order_and_its_summary_pools_them() -> None:
-    from polymimic_sim.rollouts import Outcome, combine, summarise
+    from polymimic_sim.episodes import Outcome, summarise
+    from polymimic_sim.rollouts import combine
     from polymimic_sim.tasks import suite_tasks
 
     names = suite_tasks("metaworld/mt10")
@@ -170,7 +171,7 @@ def test_rollouts_in_real_time_measure_the_delay_a_slower_model_makes(
 
 
 def test_the_jerk_at_chunk_boundaries_is_the_third_difference_across_them() -> None:
-    from polymimic_sim.rollouts import boundary_jerk
+    from polymimic_sim.episodes import boundary_jerk
 
     smooth = np.arange(20, dtype=float)[:, None] ** 2  # constant second difference: no jerk
     assert boundary_jerk(smooth, [10]) == 0.0

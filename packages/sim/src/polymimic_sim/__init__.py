@@ -19,7 +19,7 @@ except PackageNotFoundError:  # a source tree that is not installed
 
 _WHERE = {
     "MissingExtraError": "tasks",
-    "Outcome": "rollouts",
+    "Outcome": "episodes",
     "RenderingError": "rendering",
     "SimTask": "tasks",
     "UnknownTaskError": "tasks",
@@ -27,7 +27,7 @@ _WHERE = {
     "make_task": "tasks",
     "record": "recording",
     "rollout": "rollouts",
-    "wilson_interval": "rollouts",
+    "wilson_interval": "episodes",
 }
 __all__ = [
     "MissingExtraError",
@@ -50,7 +50,8 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from polymimic_sim.episodes import Outcome, wilson_interval
     from polymimic_sim.recording import record
     from polymimic_sim.rendering import RenderingError
-    from polymimic_sim.rollouts import Outcome, evaluate, rollout, wilson_interval
+    from polymimic_sim.rollouts import evaluate, rollout
     from polymimic_sim.tasks import MissingExtraError, SimTask, UnknownTaskError, make_task

@@ -33,7 +33,7 @@ from polymimic_serve.executors import ChunkPolicy
 from polymimic_serve.inference import PolicyRunner
 from polymimic_serve.observations import ObservationReader, Request, StateHistory
 from polymimic_serve.trained_policy import TrainedPolicy
-from polymimic_sim.rollouts import (
+from polymimic_sim.episodes import (
     EpisodeTally,
     Outcome,
     boundary_jerk,
