@@ -12,7 +12,7 @@ import pytest
 from polymimic_serve import LocalPolicy, load_policy
 from polymimic_sim import evaluate, make_task, rollout, wilson_interval
 from polymimic_sim.cli import main
-from polymimic_sim.tasks import Step
+from polymimic_sim.task_types import Step
 
 TASK, SIZE = "metaworld/reach-v3", (48, 64)
 

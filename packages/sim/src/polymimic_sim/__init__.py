@@ -18,11 +18,11 @@ except PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0+unknown"
 
 _WHERE = {
-    "MissingExtraError": "tasks",
+    "MissingExtraError": "task_types",
     "Outcome": "episodes",
     "RenderingError": "rendering",
-    "SimTask": "tasks",
-    "UnknownTaskError": "tasks",
+    "SimTask": "task_types",
+    "UnknownTaskError": "task_types",
     "evaluate": "rollouts",
     "make_task": "tasks",
     "record": "recording",
@@ -54,4 +54,5 @@ if TYPE_CHECKING:
     from polymimic_sim.recording import record
     from polymimic_sim.rendering import RenderingError
     from polymimic_sim.rollouts import evaluate, rollout
-    from polymimic_sim.tasks import MissingExtraError, SimTask, UnknownTaskError, make_task
+    from polymimic_sim.task_types import MissingExtraError, SimTask, UnknownTaskError
+    from polymimic_sim.tasks import make_task

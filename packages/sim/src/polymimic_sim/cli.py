@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from polymimic_sim import __version__
-from polymimic_sim.tasks import MissingExtraError, UnknownTaskError
+from polymimic_sim.task_types import MissingExtraError, UnknownTaskError
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_sim.tasks import Step
+from polymimic_sim.task_types import Step
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 SUCCESS_COLOUR, FAILURE_COLOUR, BORDER = (0, 200, 0), (220, 0, 0), 3  # the videos' frames

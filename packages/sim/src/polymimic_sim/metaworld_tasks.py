@@ -22,7 +22,7 @@ from polymimic_sim.rendering import (
     ensure_headless_rendering,
     render_cameras,
 )
-from polymimic_sim.tasks import MissingExtraError, Step, UnknownTaskError, observation_of
+from polymimic_sim.task_types import MissingExtraError, Step, UnknownTaskError, observation_of
 
 EMBODIMENT = "sim/metaworld_sawyer"
 DEFAULT_CAMERAS = ("corner2",)

@@ -21,7 +21,8 @@ from tqdm import tqdm
 
 from polymimic_data.embodiments import DECLARATION, check_declaration
 from polymimic_data.store import EpisodeWriter
-from polymimic_sim.tasks import SimTask, make_task, suite_tasks
+from polymimic_sim.task_types import SimTask
+from polymimic_sim.tasks import make_task, suite_tasks
 
 LINGER = 10  # frames recorded after success: the policy learns to hold, not to leave
 

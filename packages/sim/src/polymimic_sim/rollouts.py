@@ -40,7 +40,7 @@ from polymimic_sim.episodes import (
     wilson_interval,
     write_episode_video,
 )
-from polymimic_sim.tasks import SimTask
+from polymimic_sim.task_types import SimTask
 
 if TYPE_CHECKING:
     from polymimic_serve.trained_policy import TrainedPolicy

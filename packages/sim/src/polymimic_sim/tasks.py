@@ -11,64 +11,9 @@ expands it, and `record` and the rollouts take either.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Sequence
 
-import numpy as np
-
-
-class UnknownTaskError(ValueError):
-    """A task name no simulator here provides."""
-
-
-class MissingExtraError(ModuleNotFoundError):
-    """A task whose simulator is not installed; the message names the extra."""
-
-
-@dataclass
-class Step:
-    """What one action led to."""
-
-    observation: dict[str, Any]
-    reward: float
-    success: bool
-    done: bool  # the episode ended (its time limit, or the simulator gave up)
-
-
-class SimTask(Protocol):
-    """One simulated task (see the module docstring)."""
-
-    name: str
-    embodiment: str
-    fps: float
-    max_steps: int
-    prompt: str
-    cameras: list[str]
-
-    def declaration(self) -> dict[str, Any]:
-        """The embodiment its episodes declare (polymimic-data's declared embodiments)."""
-        ...
-
-    def reset(self, seed: int) -> dict[str, Any]:
-        """A new episode, its initial state drawn from `seed`; the first observation."""
-        ...
-
-    def step(self, action: np.ndarray) -> Step:
-        """Apply one absolute action."""
-        ...
-
-    def render(self) -> dict[str, np.ndarray]:
-        """Each camera's frame of the current state, uint8 (H, W, 3)."""
-        ...
-
-    def expert_action(self) -> np.ndarray:
-        """The scripted expert's action for the current state, in the same units."""
-        ...
-
-    def close(self) -> None:
-        """Release the simulator."""
-        ...
+from polymimic_sim.task_types import SimTask, UnknownTaskError
 
 
 def metaworld_tasks() -> list[str]:
@@ -139,8 +84,3 @@ def parse_image_size(text: str) -> tuple[int, int]:
     if not sep or not height.isdigit() or not width.isdigit() or min(int(height), int(width)) < 8:
         raise ValueError(f"image size: {text!r} is not HEIGHTxWIDTH (e.g. 96x128)")
     return int(height), int(width)
-
-
-def observation_of(state: np.ndarray, images: Mapping[str, np.ndarray], prompt: str) -> dict:
-    """An observation in polymimic-serve's form."""
-    return {"state": np.asarray(state, np.float32), "images": dict(images), "prompt": prompt}
