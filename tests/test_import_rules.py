@@ -22,6 +22,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 THIRD_PARTY = {
+    "lazy_loader",
     "numpy",
     "gymnasium",
     "metaworld",
@@ -56,7 +57,10 @@ ALLOWED: dict[str, set[str]] = {
     # torchdata: its StatefulDataLoader, so that a resumed run continues the same order.
     # pyarrow, av, PIL: the optional `lerobot` extra (LeRobot v3 parquet, videos, images),
     # imported by polymimic_data.lerobot and synthetic.lerobot_format only.
+    # lazy_loader: a package's public names load on first use, from the one table in its
+    # __init__.pyi (data, serve, sim, train: a light user pays for no heavy import).
     "data": {
+        "lazy_loader",
         "pyarrow",
         "av",
         "PIL",
@@ -78,6 +82,7 @@ ALLOWED: dict[str, set[str]] = {
     # msgpack, websockets: openpi's wire and the server; safetensors: exports. No training
     # stack (lightning, hydra, torchdata, tensorboard, polymimic_train): a robot installs it.
     "serve": {
+        "lazy_loader",
         "numpy",
         "torch",
         "safetensors",
@@ -90,6 +95,7 @@ ALLOWED: dict[str, set[str]] = {
     # each imported inside its task module only. torchvision: loaded before MuJoCo's first
     # GL context (a Mesa EGL crash otherwise). polymimic_eval: the rollouts' videos.
     "sim": {
+        "lazy_loader",
         "numpy",
         "torch",
         "gymnasium",
@@ -107,6 +113,7 @@ ALLOWED: dict[str, set[str]] = {
     # tensorboard, PIL: clips and plots written to TensorBoard; wandb: logger=wandb (an
     # optional extra, imported only when that logger is built).
     "train": {
+        "lazy_loader",
         "numpy",
         "tensorboard",
         "wandb",

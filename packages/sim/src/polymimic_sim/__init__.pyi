@@ -1,0 +1,14 @@
+# The public names, each with the module it loads from on first use (lazy_loader reads
+# this table at import; type checkers read it as the package's interface).
+from .episodes import Outcome as Outcome
+from .episodes import wilson_interval as wilson_interval
+from .recording import record as record
+from .rendering import RenderingError as RenderingError
+from .rollouts import evaluate as evaluate
+from .rollouts import rollout as rollout
+from .task_types import MissingExtraError as MissingExtraError
+from .task_types import SimTask as SimTask
+from .task_types import UnknownTaskError as UnknownTaskError
+from .tasks import make_task as make_task
+
+__version__: str
