@@ -24,7 +24,7 @@ from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from loader import per_sample_figures, root_dataset
 
 from polymimic_data.lerobot import LeRobotSource, import_lerobot
-from polymimic_data.synthetic import write_lerobot_dataset
+from polymimic_data.testing import write_lerobot_dataset
 
 emit = figure_printer("lerobot_import")
 

@@ -3,7 +3,7 @@
     python benchmarks/remote_loader.py             # generated eva episodes, 3 cameras
     python benchmarks/remote_loader.py --episodes 2 --frames 20 --height 32 --width 40 --rounds 1
 
-The store is moto's S3 server on 127.0.0.1 (polymimic_data.store.S3TestServer: it needs
+The store is moto's S3 server on 127.0.0.1 (polymimic_data.testing.S3TestServer: it needs
 the `s3` extra and the test dependencies), holding the same generated episodes as the local
 root. So the figures are the sync's own cost (listing, a request per object, atomic
 placement, a Python server's pace) without a network: a store far away adds its transfer
@@ -31,8 +31,9 @@ import torch
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 
 from polymimic_data import EpisodeDataset, resolve_episodes
-from polymimic_data.store import S3TestServer, sync_remote_episodes
+from polymimic_data.store import sync_remote_episodes
 from polymimic_data.synthetic import ensure_synthetic_episodes
+from polymimic_data.testing import S3TestServer
 
 emit = figure_printer("remote_loader")
 CAMERAS = ("front_1", "left_wrist", "right_wrist")

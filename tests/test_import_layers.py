@@ -2,10 +2,13 @@
 
 Inside polymimic_data each subpackage imports only the layers below it (`DATA_LAYERS`):
 the store knows nothing of samples, episodes, LeRobot or synthetic data, and only the CLI
-reaches `lerobot` and `synthetic`. Outside it (the other packages, their tests, the
+reaches `lerobot` and `synthetic`. `testing` (fixtures for tests and benchmarks) is imported by
+no module of the library outside it, statically or through `importlib.import_module` with a
+constant name (`imports_of_testing`). Outside it (the other packages, their tests, the
 cross-package tests, the benchmarks and every README's python blocks) code imports only
 public names: `polymimic_data` or one of its subpackages, and only names in its
-`__all__`. Each rule is shown to fail on a planted violation.
+`__all__` (or, for a package whose names load through `lazy_loader.attach_stub`, in the
+table of its `__init__.pyi`). Each rule is shown to fail on a planted violation.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ DATA_LAYERS: dict[str, set[str]] = {
     "samples": {"geometry", "embodiments", "store", "episodes"},
     "lerobot": {"geometry", "embodiments", "store"},
     "synthetic": {"geometry", "embodiments", "store"},
+    "testing": {"geometry", "embodiments", "store", "synthetic"},
 }
 REACHED_BY_CLI_ONLY = {"lerobot", "synthetic"}
 
@@ -68,7 +72,19 @@ def layer_violations(package_dir: Path) -> list[str]:
 
 
 def _public_names(package_dir: Path, subpackage: str | None) -> set[str]:
-    """`__all__` of polymimic_data or one of its subpackages, read from its source."""
+    """The public names of polymimic_data or one of its subpackages, read from its source.
+
+    Its `__init__.pyi` table (`from .module import Name as Name`, what lazy_loader's
+    `attach_stub` exports) where it has one, else the `__all__` of its `__init__.py`.
+    """
+    stub = package_dir / (subpackage or "") / "__init__.pyi"
+    if stub.is_file():
+        return {
+            alias.asname or alias.name
+            for node in ast.parse(stub.read_text()).body
+            if isinstance(node, ast.ImportFrom) and node.level == 1
+            for alias in node.names
+        }
     init = package_dir / (subpackage or "") / "__init__.py"
     for node in ast.parse(init.read_text()).body:
         if isinstance(node, ast.Assign) and any(
@@ -76,6 +92,74 @@ def _public_names(package_dir: Path, subpackage: str | None) -> set[str]:
         ):
             return set(ast.literal_eval(node.value))
     return set()
+
+
+TESTING = "polymimic_data.testing"
+_IMPORT_FUNCTIONS = {"import_module", "__import__"}
+
+
+def _resolve(package: str, level: int, name: str | None) -> str:
+    """A relative import's absolute module: `level` dots up from `package`, then `name`."""
+    parts = package.split(".")
+    base = ".".join(parts[: len(parts) - level + 1])
+    return f"{base}.{name}" if name else base
+
+
+def _modules_named(tree: ast.AST, package: str) -> Iterator[tuple[int, str]]:
+    """(line, module) for every module a source may load: absolute and relative imports
+    (resolved against `package`, the importing module's package; `from X import a` names X
+    and X.a), and `import_module` / `__import__` calls (however imported) with a constant name."""
+    functions = _IMPORT_FUNCTIONS | {
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "importlib"
+        for alias in node.names
+        if alias.name == "import_module" and alias.asname
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            module = _resolve(package, node.level, node.module) if node.level else node.module
+            module = module or ""
+            yield node.lineno, module
+            for alias in node.names:
+                yield node.lineno, f"{module}.{alias.name}"
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            arg = node.args[0]
+            if name in functions and isinstance(arg, ast.Constant):
+                if isinstance(arg.value, str) and arg.value.startswith("."):  # (".x", __package__)
+                    relative = arg.value.lstrip(".")
+                    level = len(arg.value) - len(relative)
+                    yield node.lineno, _resolve(package, level, relative or None)
+                elif isinstance(arg.value, str):
+                    yield node.lineno, arg.value
+
+
+def imports_of_testing(sources: Iterable[tuple[str, str]]) -> list[str]:
+    """Imports of polymimic_data.testing by library modules outside it.
+
+    `sources` are (path inside polymimic_data, source): `store/x.py`, `__init__.pyi`, ...
+    """
+    bad: list[str] = []
+    for where, source in sources:
+        parts = where.removesuffix(".pyi").removesuffix(".py").split("/")
+        if parts[0] == "testing":
+            continue
+        package = ".".join(["polymimic_data", *parts[:-1]])
+        for line, module in _modules_named(ast.parse(source), package):
+            if module == TESTING or module.startswith(f"{TESTING}."):
+                bad.append(f"{where}:{line} imports {module}")
+    return bad
+
+
+def _library_sources(package_dir: Path = DATA) -> Iterator[tuple[str, str]]:
+    """(path inside polymimic_data, source) of every module and stub of the library."""
+    for path in sorted([*package_dir.rglob("*.py"), *package_dir.rglob("*.pyi")]):
+        yield path.relative_to(package_dir).as_posix(), path.read_text()
 
 
 def _python_sources() -> Iterator[tuple[str, str]]:
@@ -120,8 +204,51 @@ def test_outside_data_only_public_names_are_imported() -> None:
     assert private_uses(_python_sources()) == []
 
 
+def test_no_library_module_imports_testing() -> None:
+    sources = list(_library_sources())
+    assert any(where.startswith("testing/") for where, _ in sources)  # the scan sees it
+    assert imports_of_testing(sources) == []
+
+
+@pytest.mark.parametrize(
+    ("where", "planted"),
+    [
+        ("store/planted.py", "from polymimic_data.testing import S3TestServer\n"),
+        ("samples/planted.py", "def f():\n    import polymimic_data.testing.lerobot_format\n"),
+        ("cli.py", "from polymimic_data import testing\n"),
+        ("synthetic/planted.py", "from ..testing.s3_server import S3TestServer\n"),
+        ("__init__.pyi", "from .testing import write_lerobot_dataset as write_lerobot_dataset\n"),
+        (
+            "episodes/planted.py",
+            'import importlib\nimportlib.import_module("polymimic_data.testing")\n',
+        ),
+        (
+            "lerobot/planted.py",
+            'from importlib import import_module as load\nload("polymimic_data.testing.s3_server")',
+        ),
+        ("store/planted.py", 'importlib.import_module("..testing", __package__)\n'),
+    ],
+)
+def test_a_library_module_importing_testing_is_caught(where: str, planted: str) -> None:
+    found = imports_of_testing([(where, planted)])
+    assert len(found) >= 1 and all(f.startswith(f"{where}:") for f in found), found
+
+
+def test_testing_may_import_itself_and_others_may_import_look_alikes() -> None:
+    sources = [
+        ("testing/planted.py", "from polymimic_data.testing.s3_server import S3TestServer\n"),
+        ("testing/planted2.py", "from .lerobot_format import render_frames\n"),
+        ("store/planted.py", "import polymimic_data.testing_data\nfrom . import testing_files\n"),
+    ]
+    assert imports_of_testing(sources) == []
+
+
+# Markers, not concerns: the typing marker and the table of lazily loaded names.
+NOT_ENTRIES = {"__pycache__", "py.typed", "__init__.pyi"}
+
+
 def test_top_level_of_data_stays_small() -> None:
-    entries = [p.name for p in DATA.iterdir() if p.name != "__pycache__"]
+    entries = [p.name for p in DATA.iterdir() if p.name not in NOT_ENTRIES]
     assert len(entries) <= 10, sorted(entries)
 
 
@@ -167,6 +294,6 @@ def test_public_imports_pass() -> None:
         "import polymimic_data\n"
         "from polymimic_data import EpisodeDataset, __version__\n"
         "from polymimic_data.samples import Normalizer\n"
-        "from polymimic_data.synthetic import write_lerobot_dataset\n"
+        "from polymimic_data.testing import S3TestServer, write_lerobot_dataset\n"
     )
     assert private_uses([("ok.py", source)]) == []

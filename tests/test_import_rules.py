@@ -56,7 +56,7 @@ ALLOWED: dict[str, set[str]] = {
     # numcodecs, google_crc32c: zarr's own codecs, used to read its chunks by byte range.
     # torchdata: its StatefulDataLoader, so that a resumed run continues the same order.
     # pyarrow, av, PIL: the optional `lerobot` extra (LeRobot v3 parquet, videos, images),
-    # imported by polymimic_data.lerobot and synthetic.lerobot_format only.
+    # imported by polymimic_data.lerobot and testing.lerobot_format only.
     # lazy_loader: a package's public names load on first use, from the one table in its
     # __init__.pyi (data, serve, sim, train: a light user pays for no heavy import).
     "data": {

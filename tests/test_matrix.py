@@ -18,10 +18,11 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 import polymimic_train.app
+from polymimic_data.embodiments import policy_embodiments
 from polymimic_data.lerobot import import_lerobot
-from polymimic_data.synthetic import ensure_synthetic_episodes, write_lerobot_dataset
+from polymimic_data.synthetic import ensure_synthetic_episodes
+from polymimic_data.testing import write_lerobot_dataset
 from polymimic_policies import build_policy
-from polymimic_train.app import policy_embodiments
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
 SLOW, GPU_ONLY = 10e6, 100e6

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from polymimic_data.store.s3_test_server import S3TestServer
 from polymimic_data.synthetic.episodes import ensure_synthetic_episodes
+from polymimic_data.testing import S3TestServer
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from polymimic_data.lerobot.source import LeRobotFormatError, LeRobotSource
 from polymimic_data.samples.dataset import EpisodeDataset
 from polymimic_data.samples.normalization import compute_norm_stats
 from polymimic_data.store.episode_store import INCOMPLETE_PREFIX, EpisodeReader
-from polymimic_data.synthetic.lerobot_format import write_lerobot_dataset
+from polymimic_data.testing import write_lerobot_dataset
 
 LENGTHS = [20, 26]
 

@@ -18,7 +18,7 @@ import pytest
 from polymimic_data import EpisodeDataset, resolve_episodes
 from polymimic_data.store.episode_store import INCOMPLETE_PREFIX
 from polymimic_data.store.remote_episodes import RemoteRootError, sync_remote_episodes
-from polymimic_data.store.s3_test_server import S3TestServer
+from polymimic_data.testing import S3TestServer
 
 
 def _new_bucket(server: S3TestServer, eva_root: Path) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from polymimic_data.lerobot import import_lerobot
-from polymimic_data.synthetic import write_lerobot_dataset
+from polymimic_data.testing import write_lerobot_dataset
 from polymimic_eval import read_video_frames
 
 STEPS = 30

@@ -12,8 +12,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from polymimic_data import resolve_episodes
-from polymimic_data.store import S3TestServer
 from polymimic_data.synthetic import ensure_synthetic_episodes
+from polymimic_data.testing import S3TestServer
 from polymimic_train.run_config import ConfigError
 from polymimic_train.run_episodes import _mirror_filters, mirror_dir, resolve_real_datasets
 

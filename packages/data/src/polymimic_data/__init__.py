@@ -10,7 +10,8 @@ zarr. The subpackages, by concern (each layer imports only those above it):
     episodes     resolving (cached), splits, deep checks, corrections
     samples      the dataset, windows, faults, JPEG decode, collate, loaders, normalisation
     lerobot      LeRobot v3 source and importer (the `lerobot` extra)
-    synthetic    generated episodes and fixtures in real writers' formats
+    synthetic    generated episodes (the default run's), EgoVerse-layout writer, hand keypoints
+    testing      fixtures for tests and benchmarks only (LeRobot-format writer, S3 test server)
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ _LAZY = {  # name -> its module in polymimic_data.store
     "is_remote_root": "remote_episodes",
     "mirror_folder_name": "remote_episodes",
     "sync_remote_episodes": "remote_episodes",
-    "S3TestServer": "s3_test_server",
     "VlenBytesArrayReader": "vlen_bytes_reader",
     "MISSING": "zarr_chunks",
     "ChunkFileError": "zarr_chunks",
@@ -63,7 +62,6 @@ __all__ = [
     "EpisodeReader",
     "EpisodeWriter",
     "RemoteRootError",
-    "S3TestServer",
     "VlenBytesArrayReader",
     "attrs_match",
     "chunk_key",
@@ -104,7 +102,6 @@ if TYPE_CHECKING:
         mirror_folder_name,
         sync_remote_episodes,
     )
-    from polymimic_data.store.s3_test_server import S3TestServer
     from polymimic_data.store.vlen_bytes_reader import VlenBytesArrayReader
     from polymimic_data.store.zarr_chunks import (
         MISSING,
