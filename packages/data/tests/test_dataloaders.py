@@ -3,7 +3,7 @@ batches the uninterrupted loader would have, in the same shuffled order, with or
 workers, mid-epoch and into the next epochs (what a resumed training run relies on).
 
 Only the order is restored, not the workers' random state: a sample is a function of its
-index (data_faults draws its replacements from [index, attempt]; augmentation runs on the
+index (samples.faults draws its replacements from [index, attempt]; augmentation runs on the
 device from the policy's generator), so the same order is the same data."""
 
 from __future__ import annotations

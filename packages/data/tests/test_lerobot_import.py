@@ -1,4 +1,4 @@
-"""`import-lerobot` on LeRobot v3 datasets written as lerobot writes them (synthetic_lerobot):
+"""`import-lerobot` on LeRobot v3 datasets written as lerobot writes them (testing.lerobot_format):
 video (AV1 and h264, episodes sharing one mp4) and image modes, lerobot 0.4 and 0.6 and
 datasets converted from v2.1. State and action come out bit-exact, frames within the
 codecs' tolerance and at the right index; an interrupted import resumes; bad input is

@@ -74,7 +74,7 @@ def declaration_for(
     state_key: str = STATE_KEY,
     action_key: str = ACTION_KEY,
 ) -> dict[str, Any]:
-    """The embodiment a converted episode declares (see declared_embodiments)."""
+    """The embodiment a converted episode declares (see polymimic_data.embodiments.declared)."""
     state, action = source.feature(state_key), source.feature(action_key)
     info = source.root / "meta" / "info.json"
     for key, feature in ((state_key, state), (action_key, action)):
