@@ -31,7 +31,14 @@ from polymimic_data.samples.normalization import (
     norm_stats_key,
 )
 from polymimic_data.samples.sample_index import EpisodeIndex
-from polymimic_data.samples.windows import assemble, frames_of, prompt_at, read_at, subsample_frames
+from polymimic_data.samples.windows import (
+    WindowSampler,
+    assemble,
+    frames_of,
+    prompt_at,
+    read_at,
+    subsample_frames,
+)
 
 __all__ = [
     "EPISODE_DROPPED",
@@ -50,6 +57,7 @@ __all__ = [
     "SampleFault",
     "ShuffledOrder",
     "VectorStats",
+    "WindowSampler",
     "assemble",
     "collate_samples",
     "compute_norm_stats",

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from polymimic_data.embodiments.registry import VectorRecipe, get_embodiment
+from polymimic_data.embodiments.registry import get_embodiment
 from polymimic_data.episodes.resolver import EpisodeInfo
 from polymimic_data.geometry.layouts import Layout
 from polymimic_data.samples.collate import Sample
@@ -28,13 +28,7 @@ from polymimic_data.samples.faults import (
     read_fault,
 )
 from polymimic_data.samples.jpeg_decode import decode_jpeg
-from polymimic_data.samples.sample_index import EpisodeIndex
-from polymimic_data.samples.windows import (
-    assemble,
-    copies_rows,
-    frames_of,
-    prompt_at,
-)
+from polymimic_data.samples.windows import WindowSampler, assemble, frames_of, prompt_at
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +42,9 @@ class EpisodeDataset(Dataset[Sample]):
     `action_window` W, the chunk spans frames t .. t + W - 1 resampled to `horizon` steps
     (linear interpolation, SLERP for quaternions). `frames`, when
     given, restricts the dataset to those (episode, frame) pairs (validation subsampling,
-    contiguous video episodes); otherwise every frame is a sample.
+    contiguous video episodes); otherwise every frame is a sample. Which samples exist and
+    which frames each reads is the plan of its `sampler` (a WindowSampler); the dataset reads
+    episodes (through a bounded cache), checks and assembles samples, and replaces bad ones.
     """
 
     def __init__(
@@ -93,34 +89,19 @@ class EpisodeDataset(Dataset[Sample]):
             raise ValueError(f"action_window must span at least 2 frames, got {action_window}")
         self.action_window = action_window
         self.max_bad_fraction_per_episode = max_bad_fraction_per_episode
-        self._index = EpisodeIndex([e.total_frames for e in self.episodes])
-        self._frames = list(frames) if frames is not None else None
+        self.sampler = WindowSampler(
+            [e.total_frames for e in self.episodes],
+            self.recipe,
+            history=history,
+            horizon=horizon,
+            action_stride=action_stride,
+            action_window=action_window,
+            frames=frames,
+        )
         frame = self.recipe.frame
         frame_keys = {frame} if frame and ":" not in frame else set()
         keys = sorted(set(self.recipe.state.keys) | set(self.recipe.actions.keys) | frame_keys)
         self._cache = EpisodeCache(self.episodes, keys, self._camera_reference, cache_episodes)
-        self._last_offset = max(off for _, off in self.recipe.actions.entries)
-        # Window offsets from a sample's frame, made once (the same values every sample).
-        self._history_offsets = np.arange(1 - history, 1)
-        if action_window is None:
-            self._step_offsets = np.arange(horizon) * action_stride
-        else:
-            self._step_offsets = np.linspace(0.0, action_window - 1, horizon)
-        # Vectors that only copy rows (integer frames, no pose maths) are read, where a
-        # sample has no reference pose, as one index into a per-episode table of their
-        # rows (`assemble` over every frame a window can read, once): table row 0 is
-        # frame + offsets.min() at frame 0.
-        self._state_rows = self._history_offsets - self._history_offsets.min()
-        self._action_rows = np.zeros(0, dtype=np.int64)
-        self._row_windows: dict[str, tuple[VectorRecipe, np.ndarray]] = {}
-        if action_window is None:
-            self._action_rows = self._step_offsets - self._step_offsets.min()
-            for name, vector, offsets in (
-                ("state", self.recipe.state, self._history_offsets),
-                ("actions", self.recipe.actions, self._step_offsets),
-            ):
-                if copies_rows(self.recipe, vector):
-                    self._row_windows[name] = (vector, offsets)
         self._faults = EpisodeFaults(
             [e.hash for e in self.episodes],
             [e.total_frames for e in self.episodes],
@@ -129,7 +110,7 @@ class EpisodeDataset(Dataset[Sample]):
         )
 
     def __len__(self) -> int:
-        return len(self._frames) if self._frames is not None else len(self._index)
+        return len(self.sampler)
 
     @property
     def episodes_opened(self) -> int:
@@ -138,25 +119,16 @@ class EpisodeDataset(Dataset[Sample]):
 
     def sample_episodes(self) -> np.ndarray:
         """The episode (its number in `episodes`) of every sample, in index order."""
-        if self._frames is not None:
-            return np.array([episode for episode, _ in self._frames], dtype=np.int64)
-        counts = [e.total_frames for e in self.episodes]
-        return np.repeat(np.arange(len(self.episodes), dtype=np.int64), counts)
+        return self.sampler.sample_episodes()
 
     def locate(self, index: int) -> tuple[int, int]:
-        if self._frames is not None:
-            return self._frames[index]
-        return self._index.locate(index)
-
-    def _windows(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
-        """Frames of the state history and of the action steps (fractional when resampled)."""
-        return frame + self._history_offsets, frame + self._step_offsets
+        return self.sampler.locate(index)
 
     def _check_numeric(self, episode: int, frame: int, loaded: LoadedEpisode) -> None:
         if not loaded.bad:
             return
         n = self.episodes[episode].total_frames
-        history, steps = self._windows(frame)
+        history, steps = self.sampler.windows(frame)
         if self.recipe.frame in loaded.bad and loaded.bad[self.recipe.frame][0][frame]:
             reason = loaded.bad[self.recipe.frame][1][frame]
             raise SampleFault(
@@ -202,32 +174,22 @@ class EpisodeDataset(Dataset[Sample]):
         self._check_numeric(episode, frame, loaded)
         n = self.episodes[episode].total_frames
         reference = self._reference(frame, loaded)
-        tables = self._row_tables(loaded, n) if reference is None and 0 <= frame < n else {}
+        plan = self.sampler
+        tables = (
+            plan.row_tables(loaded.row_tables, loaded.arrays, n)
+            if reference is None and 0 <= frame < n
+            else {}
+        )
+        history, steps = plan.windows(frame)
         if "state" in tables:
-            state = tables["state"][frame + self._state_rows]
+            state = tables["state"][frame + plan.state_rows]
         else:
-            history = frame + self._history_offsets
             state = assemble(self.recipe, self.recipe.state, loaded.arrays, history, reference)
-        steps = frame + self._step_offsets
         if "actions" in tables:
-            actions = tables["actions"][frame + self._action_rows]
+            actions = tables["actions"][frame + plan.action_rows]
         else:
             actions = assemble(self.recipe, self.recipe.actions, loaded.arrays, steps, reference)
-        mask = steps + self._last_offset <= n - 1
-        mask[0] = True  # the first step always exists: at the very end it repeats the last
-        return state, actions, mask
-
-    def _row_tables(self, loaded: LoadedEpisode, n: int) -> dict[str, np.ndarray]:
-        """Rows of the vectors that only copy rows, at every frame a window can read.
-
-        `assemble` over that range, once per episode: its rows do not depend on each other.
-        """
-        tables = loaded.row_tables
-        if len(tables) != len(self._row_windows):
-            for name, (vector, offsets) in self._row_windows.items():
-                frames = np.arange(int(offsets.min()), n + int(offsets.max()))
-                tables[name] = assemble(self.recipe, vector, loaded.arrays, frames, None)
-        return tables
+        return state, actions, plan.action_mask(steps, n)
 
     def _build(self, index: int) -> Sample:
         episode, frame = self.locate(index)

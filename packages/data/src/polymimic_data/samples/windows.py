@@ -1,8 +1,12 @@
 """Which frames a sample reads, and its vectors assembled from them.
 
-History and action windows are clamped to the episode (repeat-last padding past its end);
-fractional frames interpolate (SLERP for quaternions); poses go into the layout's frame and
-rotation representation; a frame's prompt is the first annotation span covering it.
+`WindowSampler` plans: which samples exist (every frame of every episode, or the given
+(episode, frame) pairs), the frames each one's history and action windows read, and, per
+episode, the row tables of the vectors that only copy rows. The dataset assembles samples
+from that plan. History and action windows are clamped to the episode (repeat-last padding
+past its end); fractional frames interpolate (SLERP for quaternions); poses go into the
+layout's frame and rotation representation; a frame's prompt is the first annotation span
+covering it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from polymimic_data.embodiments.registry import LayoutRecipe, VectorRecipe
 from polymimic_data.episodes.resolver import EpisodeInfo
 from polymimic_data.geometry.poses import express_in, points_in_frame
 from polymimic_data.geometry.rotations import convert, slerp
+from polymimic_data.samples.sample_index import EpisodeIndex
 
 
 def frames_of(recipe: VectorRecipe, frames: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -116,3 +121,91 @@ def subsample_frames(
         count = min(per_episode, ep.total_frames)
         out += [(i, int(f)) for f in np.linspace(0, ep.total_frames - 1, count).round()]
     return out
+
+
+class WindowSampler:
+    """The plan of a dataset's samples: which exist, and which frames each one reads.
+
+    As diffusion_policy's SequenceSampler under its dataset: the sampler plans indices, the
+    dataset reads and assembles. A sample is an (episode, frame): every frame of every
+    episode, or only `frames` when given. Its state history reads frames t - history + 1 .. t;
+    action step j reads t + j * action_stride, or, with `action_window` W, the chunk spans
+    t .. t + W - 1 resampled to `horizon` steps (fractional frames). Vectors of `recipe`
+    that only copy rows (integer frames, no pose maths) are read, where a sample has no
+    reference pose, as one index into a per-episode table of their rows (`row_tables`).
+    """
+
+    def __init__(
+        self,
+        frames_per_episode: Sequence[int],
+        recipe: LayoutRecipe,
+        *,
+        history: int,
+        horizon: int,
+        action_stride: int,
+        action_window: int | None,
+        frames: Sequence[tuple[int, int]] | None = None,
+    ) -> None:
+        self.recipe = recipe
+        self.frames_per_episode = [int(n) for n in frames_per_episode]
+        self._index = EpisodeIndex(self.frames_per_episode)
+        self._frames = list(frames) if frames is not None else None
+        self.last_offset = max(off for _, off in recipe.actions.entries)
+        # Window offsets from a sample's frame, made once (the same values every sample).
+        self.history_offsets = np.arange(1 - history, 1)
+        if action_window is None:
+            self.step_offsets = np.arange(horizon) * action_stride
+        else:
+            self.step_offsets = np.linspace(0.0, action_window - 1, horizon)
+        # Table row 0 is frame + offsets.min() at frame 0 (see row_tables).
+        self.state_rows = self.history_offsets - self.history_offsets.min()
+        self.action_rows = np.zeros(0, dtype=np.int64)
+        self.row_windows: dict[str, tuple[VectorRecipe, np.ndarray]] = {}
+        if action_window is None:
+            self.action_rows = self.step_offsets - self.step_offsets.min()
+            for name, vector, offsets in (
+                ("state", recipe.state, self.history_offsets),
+                ("actions", recipe.actions, self.step_offsets),
+            ):
+                if copies_rows(recipe, vector):
+                    self.row_windows[name] = (vector, offsets)
+
+    def __len__(self) -> int:
+        return len(self._frames) if self._frames is not None else len(self._index)
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """The (episode, frame) of sample `index`."""
+        if self._frames is not None:
+            return self._frames[index]
+        return self._index.locate(index)
+
+    def sample_episodes(self) -> np.ndarray:
+        """The episode (its number) of every sample, in index order."""
+        if self._frames is not None:
+            return np.array([episode for episode, _ in self._frames], dtype=np.int64)
+        counts = self.frames_per_episode
+        return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+
+    def windows(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
+        """Frames of the state history and of the action steps (fractional when resampled)."""
+        return frame + self.history_offsets, frame + self.step_offsets
+
+    def action_mask(self, steps: np.ndarray, n: int) -> np.ndarray:
+        """Which action steps lie inside an episode of `n` frames (the first always does)."""
+        mask = steps + self.last_offset <= n - 1
+        mask[0] = True  # the first step always exists: at the very end it repeats the last
+        return mask
+
+    def row_tables(
+        self, tables: dict[str, np.ndarray], arrays: dict[str, np.ndarray], n: int
+    ) -> dict[str, np.ndarray]:
+        """Rows of the vectors that only copy rows, at every frame a window can read.
+
+        Filled into `tables` (an episode's, kept with it) by `assemble` over that range, once
+        per episode: its rows do not depend on each other.
+        """
+        if len(tables) != len(self.row_windows):
+            for name, (vector, offsets) in self.row_windows.items():
+                frames = np.arange(int(offsets.min()), n + int(offsets.max()))
+                tables[name] = assemble(self.recipe, vector, arrays, frames, None)
+        return tables
