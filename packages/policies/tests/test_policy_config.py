@@ -50,7 +50,7 @@ def test_from_dict_names_a_key_that_is_not_a_field() -> None:
         HPTConfig.from_dict({"dmodel": 64})
     with pytest.raises(ValueError, match="rdt_width: not a field of HPTConfig"):
         HPTConfig.from_dict(RDTConfig().to_dict())
-    with pytest.raises(ValueError, match="head: not a field of RDTConfig"):
+    with pytest.raises(ValueError, match=r"head: 'flow' is not one of \['rdt'\]"):
         RDTConfig.from_dict(HPTConfig().to_dict())
     with pytest.raises(ValueError, match="paligemma_path: missing; PiConfig has no default"):
         PiConfig.from_dict({"variant": "pi0"})
@@ -76,8 +76,8 @@ def test_configs_are_frozen_and_replace_checks_again() -> None:
         (lambda: HPTConfig(drop_path=1.0), r"drop_path: must be in \[0, 1\), got 1.0"),
         (lambda: HPTConfig(regression_loss="huber"), r"regression_loss: 'huber' is not one of"),
         (lambda: HPTConfig(pretrained={"trunk": {"path": "x"}}), r"pretrained.trunk: needs"),
-        (lambda: RDTConfig(head="regression"), r"head: does not apply to RDTConfig"),
-        (lambda: RDTConfig(head_layers=3), r"head_layers: does not apply to RDTConfig"),
+        (lambda: HPTConfig(head="rdt"), r"head: 'rdt' is not one of \['flow', 'regression'\]"),
+        (lambda: RDTConfig(head="regression"), r"head: 'regression' is not one of \['rdt'\]"),
         (lambda: PiConfig(paligemma_path=None), r"paligemma_path: must be str or a path"),  # type: ignore[arg-type]
         (lambda: PiConfig(paligemma_path="/p", variant="pi1"), r"variant: 'pi1' is not one of"),
         (lambda: PiConfig(paligemma_path="/p", expert_width=33), r"expert_width: must be even"),

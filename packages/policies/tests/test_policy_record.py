@@ -198,6 +198,84 @@ def test_weights_from_a_checkpoint_read_no_pretrained_parts(tmp_path: Path) -> N
         policy_from_record(record, SPECS)
 
 
+# Records as 0.3.0's `policy_record` wrote them, before RDTConfig composed HPTConfig's
+# stems and trunk with its own head config: RDT's had no head, head_layers or
+# regression_loss.
+OLD_STEMS_TRUNK = {
+    "d_model": 32,
+    "trunk_layers": 2,
+    "num_heads": 2,
+    "mlp_ratio": 4.0,
+    "drop_path": 0.0,
+    "image_tokens": 2,
+    "state_tokens": 2,
+    "text_tokens": 4,
+    "readout_tokens": 4,
+    "image_backbone": "resnet",
+    "resnet_blocks": [1, 1, 1, 1],
+    "vit_layers": 4,
+    "vit_patch_size": 8,
+    "freeze_backbone": False,
+    "use_prompt": True,
+    "text_layers": 2,
+    "max_prompt_bytes": 128,
+    "shared_stems": {},
+}
+OLD_RECORDS = {
+    "rdt": {
+        **OLD_STEMS_TRUNK,
+        "shared_head": False,
+        "sample_steps": 5,
+        "residual_actions": True,
+        "pretrained": {},
+        "compile": False,
+        "rdt_width": 24,
+        "rdt_layers": 4,
+        "rdt_heads": 2,
+        "rdt_mlp_ratio": 1.0,
+        "train_timesteps": 100,
+    },
+    "hpt": {
+        **OLD_STEMS_TRUNK,
+        "head": "regression",
+        "shared_head": False,
+        "head_layers": 2,
+        "sample_steps": 10,
+        "regression_loss": "l1",
+        "residual_actions": False,
+        "pretrained": {},
+        "compile": False,
+    },
+}
+NEW_CONFIGS = {
+    "rdt": lambda: RDTConfig(
+        **TINY,
+        use_prompt=True,
+        residual_actions=True,
+        rdt_width=24,
+        rdt_layers=4,
+        rdt_heads=2,
+        train_timesteps=100,
+    ),
+    "hpt": lambda: HPTConfig(**TINY, use_prompt=True, head="regression"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OLD_RECORDS))
+def test_a_record_in_the_old_flat_form_rebuilds_the_same_model(name: str) -> None:
+    torch.manual_seed(0)
+    old = policy_from_record({"name": name, "config": OLD_RECORDS[name]}, SPECS)
+    torch.manual_seed(0)
+    new = build_policy(NEW_CONFIGS[name](), SPECS)
+    assert type(old) is type(new) and old.config == new.config
+    assert isinstance(old.config, HPTConfig)  # RDTConfig too
+    assert old.config.head == ("rdt" if name == "rdt" else "regression")
+    weights = new.state_dict()
+    assert list(old.state_dict()) == list(weights)
+    assert all(torch.equal(old.state_dict()[k], v) for k, v in weights.items())
+    old.load_state_dict(weights)  # strict: every name as before
+
+
 def test_build_policy_takes_the_class_from_the_config_and_each_class_its_own_config() -> None:
     assert type(build_policy(RDTConfig(**TINY), SPECS)) is RDTPolicy
     with pytest.raises(TypeError, match="HPTPolicy is built from HPTConfig, not RDTConfig"):

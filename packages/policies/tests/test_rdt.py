@@ -290,8 +290,20 @@ def test_param_groups_compile_and_pretrained_heads_behave_as_in_hpt(tmp_path) ->
         pretrained=pretrained_parts(config, ["heads.eva_bimanual"]),
         compile=True,
     )
-    assert model.config.rdt_layers == 4 and "head" not in model.config.to_dict()
+    assert model.config.rdt_layers == 4 and model.config.to_dict()["head"] == "rdt"
     for name, value in model.heads["eva_bimanual"].state_dict().items():
         assert torch.equal(reloaded.heads["eva_bimanual"].state_dict()[name], value), name
     assert reloaded.heads["eva_bimanual"]._compiled_call_impl is not None
     assert model.heads["eva_bimanual"]._compiled_call_impl is None
+
+
+def test_hpts_own_head_settings_are_carried_and_change_nothing() -> None:
+    """An RDT config composed from an HPT one takes its flow/regression head settings."""
+    plain = policy()
+    composed = policy(head_layers=3, regression_loss="mse")
+    assert composed.config.head == "rdt" and composed.config.head_layers == 3
+    weights = plain.state_dict()
+    assert list(composed.state_dict()) == list(weights)
+    assert all(torch.equal(composed.state_dict()[k], v) for k, v in weights.items())
+    data = batch("eva_bimanual")
+    assert torch.equal(_loss(plain, data), _loss(composed, data))

@@ -1,13 +1,13 @@
-"""Action heads: a transformer decoder over action-step tokens, conditioned on the trunk.
+"""HPT's action heads: a transformer decoder over action-step tokens, conditioned on the trunk.
 
-A head serves one embodiment or several (shared). Actions go in and out through one
-projection per named channel group (keyed by name and width), so a shared head maps
-each embodiment's layout onto its own channels and predicts only the channels that
-embodiment has; nothing is padded to a common width or truncated.
+A head serves one embodiment or several (shared); actions go in and out through one
+projection per named channel group (`action_chunks.GroupedActions`). Each head is built
+from its config (`ActionHeadConfig`: `head_layers`, and `sample_steps` or
+`regression_loss`) and the trunk's width and attention heads.
 
-- FlowHead: flow matching as in pi0: x_t = t * noise + (1 - t) * actions with t drawn from
-  Beta(1.5, 1); the network predicts the velocity noise - actions; sampling integrates
-  from t = 1 to t = 0 in `sample_steps` Euler steps.
+- FlowHead: flow matching as in pi0 (`flow_matching`): the network predicts the velocity
+  noise - actions at a time t ~ Beta(1.5, 1); sampling integrates from t = 1 to t = 0 in
+  `sample_steps` Euler steps.
 - RegressionHead: the chunk directly, with an L1 or MSE loss.
 
 Both losses are masked by `action_mask`: a padded step contributes no gradient.
@@ -15,91 +15,65 @@ Both losses are masked by `action_mask`: a padded step contributes no gradient.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from polymimic_policies.real_time_chunking import ActionPrefix, flow_step_velocity
-
-Groups = Sequence[tuple[str, int]]  # (channel group name, width), in layout order
-
-
-def _key(name: str, width: int) -> str:
-    return f"{name}__{width}"
-
-
-def sinusoidal_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
-    """(B,) times in [0, 1] -> (B, dim) sin/cos features."""
-    half = dim // 2
-    freqs = torch.exp(-math.log(10_000.0) * torch.arange(half, device=t.device) / half)
-    angles = 1000.0 * t[:, None].float() * freqs[None]
-    return torch.cat([angles.sin(), angles.cos()], -1)
+from polymimic_policies import flow_matching
+from polymimic_policies.action_chunks import (
+    GroupedActions,
+    Groups,
+    chunk_noise,
+    masked_mean,
+    sinusoidal_embedding,
+)
+from polymimic_policies.policy_config import PolicyConfig, one_of, positive_integers
+from polymimic_policies.real_time_chunking import ActionPrefix
 
 
-class GroupedActions:
-    """Actions in and out through one projection per named channel group.
+@dataclass(frozen=True)
+class ActionHeadConfig(PolicyConfig):
+    """The settings of HPT's heads (ActionHead, FlowHead, RegressionHead).
 
-    For heads holding `groups`, `horizons` (per embodiment), `action_in` and `action_out`
-    (keyed `<name>__<width>`).
+    `head_layers` decoder layers; a flow head samples in `sample_steps` Euler steps, a
+    regression head is trained with `regression_loss`.
     """
 
-    groups: dict[str, list[tuple[str, int]]]
-    horizons: dict[str, int]
-    action_in: nn.ModuleDict
-    action_out: nn.ModuleDict
+    head_layers: int = 2
+    sample_steps: int = 10
+    regression_loss: str = "l1"
 
-    def _spec(self, embodiment: str) -> tuple[list[tuple[str, int]], int]:
-        if embodiment not in self.groups:
-            raise KeyError(f"this head serves {sorted(self.groups)}, not {embodiment!r}")
-        return self.groups[embodiment], self.horizons[embodiment]
-
-    def action_dim(self, embodiment: str) -> int:
-        return sum(w for _, w in self._spec(embodiment)[0])
-
-    def embed_actions(self, actions: torch.Tensor, embodiment: str) -> torch.Tensor:
-        """(B, T, A) actions -> (B, T, width), each channel group through its own projection."""
-        out, start = 0, 0
-        for name, width in self._spec(embodiment)[0]:
-            out = out + self.action_in[_key(name, width)](actions[..., start : start + width])
-            start += width
-        return out  # type: ignore[return-value]
-
-    def read_actions(self, hidden: torch.Tensor, embodiment: str) -> torch.Tensor:
-        groups = self._spec(embodiment)[0]
-        return torch.cat([self.action_out[_key(n, w)](hidden) for n, w in groups], dim=-1)
+    def __post_init__(self) -> None:
+        """ValueError naming the first field that cannot work: `<name>: <why>; <what works>`."""
+        super().__post_init__()
+        positive_integers(head_layers=self.head_layers, sample_steps=self.sample_steps)
+        one_of("regression_loss", self.regression_loss, ["l1", "mse"])
 
 
-class ActionHead(GroupedActions, nn.Module):
+class ActionHead(GroupedActions):
     """The shared machinery; `groups` and `horizons` are per embodiment this head serves."""
 
     kind = ""
 
     def __init__(
         self,
+        config: ActionHeadConfig,
         *,
         groups: Mapping[str, Groups],
         horizons: Mapping[str, int],
         d_model: int,
-        num_layers: int = 2,
-        num_heads: int = 4,
+        num_heads: int,
     ) -> None:
-        super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"head_layers: must be a positive integer, got {num_layers}")
-        self.groups = {e: [(str(n), int(w)) for n, w in g] for e, g in groups.items()}
-        self.horizons = {e: int(h) for e, h in horizons.items()}
-        keys = {_key(n, w): w for g in self.groups.values() for n, w in g}
-        self.action_in = nn.ModuleDict({k: nn.Linear(w, d_model) for k, w in keys.items()})
-        self.action_out = nn.ModuleDict({k: nn.Linear(d_model, w) for k, w in keys.items()})
+        super().__init__(groups, horizons, d_model)
         self.step_embedding = nn.Parameter(
             torch.randn(1, max(self.horizons.values()), d_model) * 0.02
         )
         layer = nn.TransformerDecoderLayer(
             d_model, num_heads, 4 * d_model, dropout=0.0, batch_first=True, norm_first=True
         )
-        self.decoder = nn.TransformerDecoder(layer, num_layers)
+        self.decoder = nn.TransformerDecoder(layer, config.head_layers)
         self.norm = nn.LayerNorm(d_model)
 
     def decode(
@@ -116,23 +90,15 @@ class ActionHead(GroupedActions, nn.Module):
         )
         return self.norm(hidden)
 
-    @staticmethod
-    def masked_mean(error: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Mean of (B, T, A) errors over valid steps; a padded step adds nothing (nor NaN)."""
-        per_step = torch.where(mask, error.mean(-1), 0.0)
-        return per_step.sum() / mask.sum().clamp_min(1).to(per_step.dtype)
-
 
 class FlowHead(ActionHead):
     """Flow matching over the chunk (see the module docstring); `sample_steps` Euler steps."""
 
     kind = "flow"
 
-    def __init__(self, *, sample_steps: int = 10, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        if sample_steps < 1:
-            raise ValueError(f"sample_steps: must be a positive integer, got {sample_steps}")
-        self.sample_steps = sample_steps
+    def __init__(self, config: ActionHeadConfig, **kwargs: object) -> None:
+        super().__init__(config, **kwargs)  # type: ignore[arg-type]
+        self.sample_steps = config.sample_steps
         d_model = self.step_embedding.shape[-1]
         self.time_mlp = nn.Sequential(
             nn.Linear(d_model, d_model), nn.SiLU(), nn.Linear(d_model, d_model)
@@ -146,6 +112,7 @@ class FlowHead(ActionHead):
         embodiment: str,
         padded: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """The velocity (B, T, A) predicted at `noisy` and flow times `t` (B,)."""
         d_model = self.step_embedding.shape[-1]
         time = self.time_mlp(sinusoidal_embedding(t, d_model).to(noisy.dtype))
         tokens = self.embed_actions(noisy, embodiment) + time[:, None]
@@ -154,15 +121,11 @@ class FlowHead(ActionHead):
     def loss(
         self, context: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor, embodiment: str
     ) -> torch.Tensor:
-        beta = torch.distributions.Beta(
-            torch.tensor(1.5, device=actions.device), torch.tensor(1.0, device=actions.device)
-        )
-        t = beta.sample((actions.shape[0],)) * 0.999 + 0.001
-        noise = torch.randn_like(actions)
-        noisy = t[:, None, None] * noise + (1 - t[:, None, None]) * actions
+        """The flow-matching loss over the valid steps of `mask`."""
+        t = flow_matching.sample_time(actions.shape[0], actions.device)
+        noisy, target = flow_matching.noised(actions, t)
         velocity = self.velocity(noisy, t, context, embodiment, padded=~mask)
-        error = (velocity - (noise - actions)).pow(2)
-        return self.masked_mean(error, mask)
+        return flow_matching.flow_loss(velocity, target, mask)
 
     @torch.no_grad()
     def sample(
@@ -177,25 +140,14 @@ class FlowHead(ActionHead):
 
         With `prefix`, each step's velocity is guided to continue it (real-time chunking).
         """
-        _, horizon = self._spec(embodiment)
-        shape = (context.shape[0], horizon, self.action_dim(embodiment))
-        if noise is None:
-            noise_device = generator.device if generator is not None else context.device
-            noise = torch.randn(shape, generator=generator, device=noise_device)
-        elif tuple(noise.shape) != shape:
-            raise ValueError(f"noise must be {shape}, got {tuple(noise.shape)}")
-        if prefix is not None:
-            prefix.check(shape)
+        shape = self.chunk_shape(context.shape[0], embodiment)
+        noise = chunk_noise(shape, generator, noise, context.device)
         x = noise.to(device=context.device, dtype=context.dtype)
-        dt = 1.0 / self.sample_steps
-        for i in range(self.sample_steps):
-            t = torch.full((shape[0],), 1.0 - i * dt, device=context.device)
 
-            def velocity(x: torch.Tensor, t: torch.Tensor = t) -> torch.Tensor:
-                return self.velocity(x, t, context, embodiment)
+        def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            return self.velocity(x, t, context, embodiment)
 
-            x = x - dt * flow_step_velocity(velocity, x, 1.0 - i * dt, prefix)
-        return x
+        return flow_matching.euler_sample(velocity, x, self.sample_steps, prefix)
 
 
 class RegressionHead(ActionHead):
@@ -203,23 +155,23 @@ class RegressionHead(ActionHead):
 
     kind = "regression"
 
-    def __init__(self, *, regression_loss: str = "l1", **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        if regression_loss not in ("l1", "mse"):
-            raise ValueError(f"regression_loss: {regression_loss!r} is not one of ['l1', 'mse']")
-        self.regression_loss = regression_loss
+    def __init__(self, config: ActionHeadConfig, **kwargs: object) -> None:
+        super().__init__(config, **kwargs)  # type: ignore[arg-type]
+        self.regression_loss = config.regression_loss
 
     def predict(self, context: torch.Tensor, embodiment: str) -> torch.Tensor:
-        _, horizon = self._spec(embodiment)
+        """The chunk (B, T, A) read from the trunk's tokens."""
+        horizon = self.horizon(embodiment)
         queries = self.step_embedding[:, :horizon].expand(context.shape[0], -1, -1)
         return self.read_actions(self.decode(torch.zeros_like(queries), context), embodiment)
 
     def loss(
         self, context: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor, embodiment: str
     ) -> torch.Tensor:
+        """L1 or MSE (`regression_loss`) over the valid steps of `mask`."""
         difference = self.predict(context, embodiment) - actions
         error = difference.abs() if self.regression_loss == "l1" else difference.pow(2)
-        return self.masked_mean(error, mask)
+        return masked_mean(error, mask)
 
     @torch.no_grad()
     def sample(
@@ -230,6 +182,7 @@ class RegressionHead(ActionHead):
         noise: torch.Tensor | None = None,
         prefix: ActionPrefix | None = None,
     ) -> torch.Tensor:
+        """The predicted chunk; generator and noise are unused, a prefix is refused."""
         if prefix is not None:
             raise ValueError(
                 "a regression head predicts its chunk directly and cannot inpaint a prefix "

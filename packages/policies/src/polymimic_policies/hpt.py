@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from polymimic_policies.action_heads import HEAD_KINDS, ActionHead
+from polymimic_policies.action_heads import HEAD_KINDS, ActionHead, ActionHeadConfig
 from polymimic_policies.embodiment_spec import EmbodimentSpec
 from polymimic_policies.policy import (
     Embodiments,
@@ -41,15 +41,15 @@ PROMPT = "prompt"
 
 
 @dataclass(frozen=True)
-class HPTConfig(PolicyConfig):
-    """HPTPolicy's config: sizes, stems, trunk and heads (see the module docstring).
+class StemsTrunkConfig(PolicyConfig):
+    """HPT's stems and trunk, and how heads sit on them: what HPT and RDT share.
 
     Stems: `image_tokens`, `state_tokens` and `text_tokens` latent tokens each; images
     through a ResNet (`resnet_blocks` per stage) or a small ViT (`image_backbone="vit"`);
     `shared_stems` maps a modality to one stem name shared by every embodiment. Heads:
-    `head` "flow" (`sample_steps` Euler steps) or "regression" (`regression_loss`), one per
-    embodiment or one `shared_head`. `pretrained` maps parts ("trunk", "stems.<name>",
-    "heads.<name>") to {path, sha256}; `compile` runs torch.compile on trunk and heads.
+    one per embodiment, or one `shared_head`. `pretrained` maps parts ("trunk",
+    "stems.<name>", "heads.<name>") to {path, sha256}; `compile` runs torch.compile on
+    trunk and heads.
     """
 
     initial_weights: ClassVar[Mapping[str, Any]] = {"pretrained": {}}
@@ -72,11 +72,7 @@ class HPTConfig(PolicyConfig):
     text_layers: int = 2
     max_prompt_bytes: int = 128
     shared_stems: Mapping[str, str] = field(default_factory=dict)
-    head: str = "flow"
     shared_head: bool = False
-    head_layers: int = 2
-    sample_steps: int = 10
-    regression_loss: str = "l1"
     residual_actions: bool = False
     pretrained: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     compile: bool = False
@@ -91,8 +87,6 @@ class HPTConfig(PolicyConfig):
             image_tokens=self.image_tokens,
             state_tokens=self.state_tokens,
             text_tokens=self.text_tokens,
-            head_layers=self.head_layers,
-            sample_steps=self.sample_steps,
         )
         if self.d_model % self.num_heads:
             divisors = [n for n in range(1, self.d_model + 1) if self.d_model % n == 0]
@@ -109,14 +103,33 @@ class HPTConfig(PolicyConfig):
             raise ValueError(f"readout_tokens: must be an integer >= 0, got {self.readout_tokens}")
         if not 0.0 <= self.drop_path < 1.0:
             raise ValueError(f"drop_path: must be in [0, 1), got {self.drop_path}")
-        one_of("head", self.head, list(HEAD_KINDS))
         one_of("image_backbone", self.image_backbone, ["resnet", "vit"])
-        one_of("regression_loss", self.regression_loss, ["l1", "mse"])
         for part, source in self.pretrained.items():
             if set(source) != {"path", "sha256"}:
                 raise ValueError(
                     f"pretrained.{part}: needs exactly path and sha256, got {sorted(source)}"
                 )
+
+
+@dataclass(frozen=True)
+class HPTConfig(ActionHeadConfig, StemsTrunkConfig):
+    """HPTPolicy's config: the stems and trunk under heads of the kind `head` names.
+
+    StemsTrunkConfig's fields, then ActionHeadConfig's; `head` is one of `head_kinds`,
+    HPT's "flow" or "regression".
+
+    The settings of a kind not chosen are carried and ignored (`regression_loss` under a
+    flow head), so a config of another kind composes from this one (RDTConfig).
+    """
+
+    head_kinds: ClassVar[Sequence[str]] = tuple(HEAD_KINDS)
+
+    head: str = "flow"
+
+    def __post_init__(self) -> None:
+        """ValueError naming the first field that cannot work: `<name>: <why>; <what works>`."""
+        super().__post_init__()
+        one_of("head", self.head, list(self.head_kinds))
 
 
 def _slot(embodiment: str, modality: str) -> str:
@@ -242,23 +255,15 @@ class HPTPolicy(nn.Module):
         return {name: [name] for name in self.specs}
 
     def _heads(self) -> dict[str, nn.Module]:
-        """The heads by name, as `config.head` says (RDTPolicy builds its own)."""
+        """The heads by name, of the kind `config.head` says (RDTPolicy builds its own)."""
         c = self.config
-        options: dict[str, Any] = {
-            "d_model": c.d_model,
-            "num_heads": c.num_heads,
-            "num_layers": c.head_layers,
-        }
-        options |= (
-            {"sample_steps": c.sample_steps}
-            if c.head == "flow"
-            else {"regression_loss": c.regression_loss}
-        )
         return {
             head: HEAD_KINDS[c.head](
+                c,
                 groups={e: self.specs[e].groups for e in names},
                 horizons={e: self.specs[e].horizon for e in names},
-                **options,
+                d_model=c.d_model,
+                num_heads=c.num_heads,
             )
             for head, names in self._served().items()
         }
@@ -343,14 +348,18 @@ class HPTPolicy(nn.Module):
         """What actions are predicted relative to: the latest state, or nothing."""
         return batch["state"][:, -1:] if self.residual_actions else 0.0
 
+    def head_inputs(self, batch: Mapping[str, Any]) -> tuple[Any, ...]:
+        """What a head reads of a batch, before the actions: the trunk's tokens (RDT: more)."""
+        return (self.encode(batch),)
+
     def compute_loss(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """The loss for a normalised batch, with its parts for logging."""
         embodiment = batch["embodiment"]
         self._spec(embodiment).check_batch(batch, embodiment, actions=True)
-        context = self.encode(batch)
+        inputs = self.head_inputs(batch)
         head = self.head_for(embodiment)
         target = batch["actions"] - self._anchor(batch)
-        loss = head.loss(context, target, batch["action_mask"], embodiment)  # type: ignore[operator]
+        loss = head.loss(*inputs, target, batch["action_mask"], embodiment)  # type: ignore[operator]
         return {"loss": loss, f"{head.kind}_loss": loss.detach()}
 
     @torch.no_grad()
@@ -366,12 +375,12 @@ class HPTPolicy(nn.Module):
         With `prefix` (a flow head only), each chunk continues it (real-time chunking).
         """
         embodiment = batch["embodiment"]
-        context = self.encode(batch)
+        inputs = self.head_inputs(batch)
         head = self.head_for(embodiment)
         anchor = self._anchor(batch)
         if prefix is not None:
             prefix = prefix.shifted(anchor)
-        chunk = head.sample(context, embodiment, generator, noise, prefix)  # type: ignore[operator]
+        chunk = head.sample(*inputs, embodiment, generator, noise, prefix)  # type: ignore[operator]
         return chunk + anchor
 
     def can_inpaint(self, embodiment: str) -> bool:

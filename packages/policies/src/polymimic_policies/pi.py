@@ -17,9 +17,9 @@ whose Gemma decoder layers' submodules are driven here directly.
   expert's tokens, so it is computed once (per training step, per sampled chunk) as a
   key/value cache, and each expert layer attends over [that layer's cached prefix K, V ;
   its own K, V]: the same as joint attention, computed once.
-- Flow matching as in `FlowHead`: x_t = t * noise + (1 - t) * actions, t ~ Beta(1.5, 1) in
-  (0.001, 1), the expert predicts noise - actions; loss = mean squared error over valid
-  steps; sampling integrates t from 1 to 0 in `sample_steps` Euler steps.
+- Flow matching (`flow_matching`, as HPT's flow head): x_t = t * noise + (1 - t) * actions,
+  t ~ Beta(1.5, 1) in (0.001, 1), the expert predicts noise - actions; loss = mean squared
+  error over valid steps; sampling integrates t from 1 to 0 in `sample_steps` Euler steps.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from polymimic_policies.action_heads import ActionHead
+from polymimic_policies import flow_matching
+from polymimic_policies.action_chunks import chunk_noise
 from polymimic_policies.embodiment_spec import EmbodimentSpec
 from polymimic_policies.paligemma_loading import (
     build_paligemma,
@@ -51,7 +52,7 @@ from polymimic_policies.policy import (
     register_policy,
 )
 from polymimic_policies.policy_config import PolicyConfig, one_of, positive_integers
-from polymimic_policies.real_time_chunking import ActionPrefix, flow_step_velocity
+from polymimic_policies.real_time_chunking import ActionPrefix
 
 VARIANTS = ("pi0", "pi05")
 DEFAULT_IMAGE_SLOTS = {
@@ -556,17 +557,12 @@ class PiPolicy(nn.Module):
         spec.check_batch(batch, batch["embodiment"], actions=True)
         actions = batch["actions"].to(self._device).float()
         mask = batch["action_mask"].to(actions.device).bool()
-        beta = torch.distributions.Beta(
-            torch.tensor(1.5, device=actions.device), torch.tensor(1.0, device=actions.device)
-        )
-        t = beta.sample((actions.shape[0],)) * 0.999 + 0.001
-        noise = torch.randn_like(actions)
-        noisy = t[:, None, None] * noise + (1 - t[:, None, None]) * actions
+        t = flow_matching.sample_time(actions.shape[0], actions.device)
+        noisy, target = flow_matching.noised(actions, t)
         with self._autocast():
             prefix, valid = self.encode_prefix(batch)
             velocity = self.velocity(batch, noisy, t, prefix, valid, padded=~mask)
-        error = (velocity.float() - (noise - actions)).pow(2)
-        loss = ActionHead.masked_mean(error, mask)
+        loss = flow_matching.flow_loss(velocity.float(), target, mask)
         return {"loss": loss, "flow_loss": loss.detach()}
 
     def _noise(
@@ -574,11 +570,7 @@ class PiPolicy(nn.Module):
     ) -> torch.Tensor:
         spec = self._spec(batch["embodiment"])
         shape = (len(batch["state"]), spec.horizon, spec.action_dim)
-        if noise is None:
-            device = generator.device if generator is not None else self._device
-            noise = torch.randn(shape, generator=generator, device=device)
-        elif tuple(noise.shape) != shape:
-            raise ValueError(f"noise must be {shape}, got {tuple(noise.shape)}")
+        noise = chunk_noise(shape, generator, noise, self._device)
         return noise.to(self._device).float()
 
     @torch.no_grad()
@@ -597,17 +589,13 @@ class PiPolicy(nn.Module):
         x = self._noise(batch, generator, noise)
         if prefix is not None:
             prefix.check(tuple(x.shape))
-        dt = 1.0 / self.sample_steps
         with self._autocast():
             cache, valid = self.encode_prefix(batch)
-            for i in range(self.sample_steps):
-                t = torch.full((x.shape[0],), 1.0 - i * dt, device=x.device)
 
-                def velocity(x: torch.Tensor, t: torch.Tensor = t) -> torch.Tensor:
-                    return self.velocity(batch, x, t, cache, valid).float()
+            def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+                return self.velocity(batch, x, t, cache, valid).float()
 
-                x = x - dt * flow_step_velocity(velocity, x, 1.0 - i * dt, prefix)
-        return x
+            return flow_matching.euler_sample(velocity, x, self.sample_steps, prefix)
 
     def can_inpaint(self, embodiment: str) -> bool:
         """True: the action expert flows, so `sample_actions` takes a prefix."""

@@ -29,13 +29,11 @@ class PolicyConfig:
 
     Subclasses declare their fields (all with plain types: int, float, bool, str, None,
     sequences and mappings of those) and check their values in `__post_init__` after
-    calling this one, which converts every field to its type. `unused_fields` names fields
-    a subclass inherits but does not apply (each with why): they must keep their default
-    and are left out of `to_dict`. `initial_weights` gives the field values under which the
-    policy reads no weights of its own (see `without_initial_weights`).
+    calling this one, which converts every field to its type. `initial_weights` gives the
+    field values under which the policy reads no weights of its own (see
+    `without_initial_weights`).
     """
 
-    unused_fields: ClassVar[Mapping[str, str]] = {}
     initial_weights: ClassVar[Mapping[str, Any]] = {}
 
     def __post_init__(self) -> None:
@@ -43,15 +41,11 @@ class PolicyConfig:
         for item in dataclasses.fields(self):
             value = _convert(getattr(self, item.name), hints[item.name], item.name)
             object.__setattr__(self, item.name, value)
-        defaults = {f.name: _default(f) for f in dataclasses.fields(self)}
-        for name, why in self.unused_fields.items():
-            if getattr(self, name) != defaults[name]:
-                raise ValueError(f"{name}: does not apply to {type(self).__name__}; {why}")
 
     @classmethod
     def field_names(cls) -> list[str]:
         """The fields `to_dict` writes and `from_dict` reads, in declaration order."""
-        return [f.name for f in dataclasses.fields(cls) if f.name not in cls.unused_fields]
+        return [f.name for f in dataclasses.fields(cls)]
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as plain data: lists, dicts, numbers, strings, booleans and None."""

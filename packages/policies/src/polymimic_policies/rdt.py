@@ -10,8 +10,8 @@ even blocks attend to the trunk's tokens (`encode`), odd blocks to the language 
 prompt stem's tokens, when `use_prompt`; without a prompt the odd blocks read the trunk
 too). Both kinds of condition come in through a Linear from `d_model` to `rdt_width`, so the
 trunk and the head need not be one width. A final RMSNorm, then one output projection per
-named channel group (keyed by name and width, as in action_heads), so a shared head maps
-each embodiment's layout onto its own channels; the state token comes in through one
+named channel group (`action_chunks.GroupedActions`), so a shared head maps each
+embodiment's layout onto its own channels; the state token comes in through one
 projection per embodiment, as state layouts are not named.
 
 Training is DDPM (diffusers' DDPMScheduler, squaredcos_cap_v2 betas) with the network
@@ -31,7 +31,7 @@ under `torch.device("meta")` to size it without memory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
@@ -39,11 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from polymimic_policies.action_heads import (
-    ActionHead,
+from polymimic_policies.action_chunks import (
     GroupedActions,
     Groups,
-    _key,
+    chunk_noise,
+    masked_mean,
     sinusoidal_embedding,
 )
 from polymimic_policies.hpt import PROMPT, HPTConfig, HPTPolicy
@@ -56,22 +56,15 @@ BETA_SCHEDULE = "squaredcos_cap_v2"
 
 
 @dataclass(frozen=True)
-class RDTConfig(HPTConfig):
-    """RDTPolicy's config: HPTConfig's fields for the stems and trunk, plus the RDT head's.
+class RDTHeadConfig(PolicyConfig):
+    """The RDT head's settings (RDTHead is built from them).
 
-    `rdt_width`, `rdt_layers`, `rdt_heads` and `rdt_mlp_ratio` size the DiT head;
-    `train_timesteps` is the DDPM schedule's length and `sample_steps` (5 here, against
-    HPT's 10) the number of DPM-Solver++ steps. HPT's `head`, `head_layers` and
-    `regression_loss` do not apply: the RDT head replaces HPT's.
+    `rdt_width`, `rdt_layers`, `rdt_heads` and `rdt_mlp_ratio` size the DiT;
+    `train_timesteps` is the DDPM schedule's length and `sample_steps` (5, as RDT) the
+    number of DPM-Solver++ steps.
     """
 
-    unused_fields: ClassVar[Mapping[str, str]] = {
-        "head": "the RDT head replaces HPT's heads",
-        "head_layers": "the RDT head's depth is rdt_layers",
-        "regression_loss": "the RDT head is trained as DDPM",
-    }
-
-    sample_steps: int = 5  # DPM-Solver++ steps (RDT samples in 5); HPT's default is 10
+    sample_steps: int = 5
     rdt_width: int = 128
     rdt_layers: int = 4
     rdt_heads: int = 4
@@ -86,6 +79,7 @@ class RDTConfig(HPTConfig):
             rdt_layers=self.rdt_layers,
             rdt_heads=self.rdt_heads,
             train_timesteps=self.train_timesteps,
+            sample_steps=self.sample_steps,
         )
         width, heads = self.rdt_width, self.rdt_heads
         if width % heads:
@@ -103,6 +97,20 @@ class RDTConfig(HPTConfig):
                 f"sample_steps: {self.sample_steps} is more than train_timesteps="
                 f"{self.train_timesteps}; choose at most that (RDT samples in 5)"
             )
+
+
+@dataclass(frozen=True)
+class RDTConfig(RDTHeadConfig, HPTConfig):
+    """RDTPolicy's config: HPTConfig's stems and trunk under the RDT head (RDTHeadConfig).
+
+    `head` is "rdt", the one kind this policy has. HPT's own heads' settings
+    (`head_layers`, `regression_loss`) are carried and ignored, as any kind's are when
+    another is chosen, so a model config can start from an HPT one and say what differs.
+    """
+
+    head_kinds: ClassVar[Sequence[str]] = ("rdt",)
+
+    head: str = "rdt"
 
 
 def _schedule(train_timesteps: int) -> dict[str, Any]:
@@ -176,40 +184,31 @@ class RDTBlock(nn.Module):
         return x + self.mlp(self.norm3(x))
 
 
-class RDTHead(GroupedActions, nn.Module):
+class RDTHead(GroupedActions):
     """The RDT denoiser for the embodiments it serves (see the module docstring).
 
-    `groups`, `horizons` and `state_dims` are per embodiment; `context_dim` is the width of
-    the trunk's (and the prompt stem's) tokens; `language` whether odd blocks get their own
-    language tokens. Calling it maps a noisy chunk and its timesteps to the clean chunk.
+    Built from its config and, per embodiment, `groups`, `horizons` and `state_dims`;
+    `context_dim` is the width of the trunk's (and the prompt stem's) tokens; `language`
+    whether odd blocks get their own language tokens. Calling it maps a noisy chunk and its
+    timesteps to the clean chunk.
     """
 
     kind = "rdt"
 
     def __init__(
         self,
+        config: RDTHeadConfig,
         *,
         groups: Mapping[str, Groups],
         horizons: Mapping[str, int],
         state_dims: Mapping[str, int],
         context_dim: int,
         language: bool,
-        rdt_width: int,
-        rdt_layers: int,
-        rdt_heads: int,
-        rdt_mlp_ratio: float,
-        train_timesteps: int,
-        sample_steps: int,
     ) -> None:
-        super().__init__()
-        width = rdt_width
-        self.train_timesteps = train_timesteps
-        self.sample_steps = sample_steps
-        self.groups = {e: [(str(n), int(w)) for n, w in g] for e, g in groups.items()}
-        self.horizons = {e: int(h) for e, h in horizons.items()}
-        keys = {_key(n, w): w for g in self.groups.values() for n, w in g}
-        self.action_in = nn.ModuleDict({k: nn.Linear(w, width) for k, w in keys.items()})
-        self.action_out = nn.ModuleDict({k: nn.Linear(width, w) for k, w in keys.items()})
+        width = config.rdt_width
+        super().__init__(groups, horizons, width)
+        self.train_timesteps = config.train_timesteps
+        self.sample_steps = config.sample_steps
         self.state_in = nn.ModuleDict({e: nn.Linear(int(s), width) for e, s in state_dims.items()})
         self.time_mlp = nn.Sequential(
             nn.Linear(TIME_FREQUENCIES, width), nn.SiLU(), nn.Linear(width, width)
@@ -219,7 +218,8 @@ class RDTHead(GroupedActions, nn.Module):
         self.context_in = nn.Linear(context_dim, width)
         self.language_in = nn.Linear(context_dim, width) if language else None
         self.blocks = nn.ModuleList(
-            RDTBlock(width, rdt_heads, rdt_mlp_ratio) for _ in range(rdt_layers)
+            RDTBlock(width, config.rdt_heads, config.rdt_mlp_ratio)
+            for _ in range(config.rdt_layers)
         )
         self.norm = nn.RMSNorm(width, eps=1e-6)
         for block in self.blocks:
@@ -293,7 +293,7 @@ class RDTHead(GroupedActions, nn.Module):
         )
         noisy = scheduler.add_noise(actions, noise, cast(torch.IntTensor, timesteps))
         predicted = self(noisy, timesteps, state, context, language, embodiment, ~mask)
-        return ActionHead.masked_mean((predicted - actions).pow(2), mask)
+        return masked_mean((predicted - actions).pow(2), mask)
 
     @torch.no_grad()
     def sample(
@@ -304,19 +304,24 @@ class RDTHead(GroupedActions, nn.Module):
         embodiment: str,
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
+        prefix: ActionPrefix | None = None,
     ) -> torch.Tensor:
-        """`sample_steps` of DPM-Solver++ from noise (given, or drawn from `generator`)."""
+        """`sample_steps` of DPM-Solver++ from noise (given, or drawn from `generator`).
+
+        A prefix is refused: DPM-Solver++ cannot inpaint one.
+        """
+        if prefix is not None:
+            raise ValueError(
+                "RDT samples with DPM-Solver++, which cannot inpaint a prefix (real-time "
+                "chunking needs a flow-matching policy: HPT with head: flow, or Pi); use the "
+                "chunk or temporal_ensemble executor"
+            )
         from diffusers.schedulers.scheduling_dpmsolver_multistep import (
             DPMSolverMultistepScheduler,
         )
 
-        _, horizon = self._spec(embodiment)
-        shape = (context.shape[0], horizon, self.action_dim(embodiment))
-        if noise is None:
-            noise_device = generator.device if generator is not None else context.device
-            noise = torch.randn(shape, generator=generator, device=noise_device)
-        elif tuple(noise.shape) != shape:
-            raise ValueError(f"noise must be {shape}, got {tuple(noise.shape)}")
+        shape = self.chunk_shape(context.shape[0], embodiment)
+        noise = chunk_noise(shape, generator, noise, context.device)
         x = noise.to(device=context.device, dtype=context.dtype)
         scheduler = DPMSolverMultistepScheduler(
             **_schedule(self.train_timesteps), algorithm_type="dpmsolver++"
@@ -354,23 +359,18 @@ class RDTPolicy(HPTPolicy):
         c = self.config
         return {
             head: RDTHead(
+                c,
                 groups={e: self.specs[e].groups for e in names},
                 horizons={e: self.specs[e].horizon for e in names},
                 state_dims={e: self.specs[e].state_dim for e in names},
                 context_dim=c.d_model,
                 language=self.use_prompt,
-                rdt_width=c.rdt_width,
-                rdt_layers=c.rdt_layers,
-                rdt_heads=c.rdt_heads,
-                rdt_mlp_ratio=c.rdt_mlp_ratio,
-                train_timesteps=c.train_timesteps,
-                sample_steps=c.sample_steps,
             )
             for head, names in self._served().items()
         }
 
     def can_inpaint(self, embodiment: str) -> bool:
-        """False: DPM-Solver++ sampling takes no prefix (see sample_actions)."""
+        """False: DPM-Solver++ sampling takes no prefix (see RDTHead.sample)."""
         return False
 
     def head_for(self, embodiment: str) -> RDTHead:  # type: ignore[override]
@@ -382,35 +382,7 @@ class RDTPolicy(HPTPolicy):
         trunk, stem_tokens = self.encode_with_stems(batch)
         return trunk, stem_tokens.get(PROMPT)
 
-    def compute_loss(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        """The loss for a normalised batch, with its parts for logging."""
-        embodiment = batch["embodiment"]
-        self._spec(embodiment).check_batch(batch, embodiment, actions=True)
+    def head_inputs(self, batch: Mapping[str, Any]) -> tuple[Any, ...]:
+        """What an RDT head reads: the `conditions` and the latest state (B, S)."""
         context, language = self.conditions(batch)
-        head = self.head_for(embodiment)
-        target = batch["actions"] - self._anchor(batch)
-        state = batch["state"][:, -1]
-        loss = head.loss(context, language, state, target, batch["action_mask"], embodiment)
-        return {"loss": loss, f"{head.kind}_loss": loss.detach()}
-
-    @torch.no_grad()
-    def sample_actions(
-        self,
-        batch: Mapping[str, Any],
-        generator: torch.Generator | None = None,
-        noise: torch.Tensor | None = None,
-        prefix: ActionPrefix | None = None,
-    ) -> torch.Tensor:
-        """Normalised action chunks (B, T, A) sampled for a batch, from `noise` if given."""
-        if prefix is not None:
-            raise ValueError(
-                "RDT samples with DPM-Solver++, which cannot inpaint a prefix (real-time "
-                "chunking needs a flow-matching policy: HPT with head: flow, or Pi); use the "
-                "chunk or temporal_ensemble executor"
-            )
-        embodiment = batch["embodiment"]
-        context, language = self.conditions(batch)
-        head = self.head_for(embodiment)
-        state = batch["state"][:, -1]
-        chunk = head.sample(context, language, state, embodiment, generator, noise)
-        return chunk + self._anchor(batch)
+        return context, language, batch["state"][:, -1]
