@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from polymimic_data.geometry import ChannelGroup, Layout
-from polymimic_data.samples import Normalizer, NormStats
+from polymimic_data.samples import Normalizer, NormStats, resize_uint8
 from polymimic_policies import ActionPrefix, Policy, policy_from_record, prefix_weights
 from polymimic_serve.checkpoints import (
     DEFAULT_MAX_PARAMETERS,
@@ -103,21 +102,7 @@ class TrainedPolicy:
             tensor = tensor.permute(0, 3, 1, 2)
         if resize:
             # one channel at a time in float: a third of the memory, the same numbers
-            tensor = torch.cat(
-                [
-                    F.interpolate(
-                        tensor[:, c : c + 1].float(),
-                        size=self.image_size,
-                        mode="bilinear",
-                        antialias=True,
-                    )
-                    .round()
-                    .clamp_(0, 255)
-                    .to(torch.uint8)
-                    for c in range(tensor.shape[1])
-                ],
-                dim=1,
-            )
+            tensor = resize_uint8(tensor, self.image_size, by_channel=True)
         return tensor.contiguous()
 
     def _state(self, state: np.ndarray, batched: bool) -> torch.Tensor:

@@ -21,6 +21,7 @@ from polymimic_data.samples.faults import (
     read_fault,
 )
 from polymimic_data.samples.image_augmentation import ImageAugmentation
+from polymimic_data.samples.image_resize import resize_uint8
 from polymimic_data.samples.jpeg_decode import decode_jpeg
 from polymimic_data.samples.normalization import (
     Normalizer,
@@ -69,6 +70,7 @@ __all__ = [
     "prompt_at",
     "read_at",
     "read_fault",
+    "resize_uint8",
     "subsample_frames",
     "tune_worker_allocator",
 ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import simplejpeg
 import torch
-import torch.nn.functional as F
+
+from polymimic_data.samples.image_resize import resize_uint8
 
 
 def _off_boundary(nbytes: int) -> np.ndarray:
@@ -57,8 +58,5 @@ def decode_jpeg(data: bytes, size: tuple[int, int] | None = None) -> torch.Tenso
     # The CHW view made in numpy: the same tensor as torch's permute, at half the cost.
     tensor = torch.from_numpy(np.ascontiguousarray(image).transpose(2, 0, 1))
     if size is not None and tuple(tensor.shape[1:]) != tuple(size):
-        resized = F.interpolate(
-            tensor[None].float(), size=size, mode="bilinear", antialias=True, align_corners=False
-        )
-        tensor = resized[0].round().clamp_(0, 255).to(torch.uint8)
+        tensor = resize_uint8(tensor, size)
     return tensor  # a (3, H, W) view of HWC memory: collation's stack makes the one copy

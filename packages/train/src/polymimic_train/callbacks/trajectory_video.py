@@ -24,13 +24,12 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from PIL import Image
 
 from polymimic_data import EpisodeDataset, collate_samples
 from polymimic_data.embodiments import camera_intrinsics
-from polymimic_data.samples import NoValidSampleError
+from polymimic_data.samples import NoValidSampleError, resize_uint8
 from polymimic_eval import render_overlay, write_video
 
 log = logging.getLogger(__name__)
@@ -210,13 +209,7 @@ class TrajectoryVideoCallback(pl.Callback):
             display = batch[f"images.{camera}"]
             for cam in dataset.cameras:  # the policy sees images at its own resolution
                 key = f"images.{cam}"
-                batch[key] = (
-                    F.interpolate(
-                        batch[key].float(), size=model_size, mode="bilinear", antialias=True
-                    )
-                    .round()
-                    .to(torch.uint8)
-                )
+                batch[key] = resize_uint8(batch[key], model_size)
             batch = {
                 k: v.to(module.device) if isinstance(v, torch.Tensor) else v
                 for k, v in batch.items()
