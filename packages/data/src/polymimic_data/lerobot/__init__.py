@@ -1,37 +1,6 @@
 """LeRobot v3 datasets: the source and the importer (the `lerobot` extra: pyarrow, PyAV, Pillow)."""
 
-from __future__ import annotations
+import lazy_loader
 
-from polymimic_data.lerobot.importer import (
-    ImportReport,
-    declaration_for,
-    episode_path,
-    import_lerobot,
-    joint_groups,
-    parse_episodes,
-)
-from polymimic_data.lerobot.source import (
-    IMAGE_PREFIX,
-    LeRobotEpisode,
-    LeRobotFormatError,
-    LeRobotSource,
-    camera_name,
-    channel_names,
-    lerobot_extra,
-)
-
-__all__ = [
-    "IMAGE_PREFIX",
-    "ImportReport",
-    "LeRobotEpisode",
-    "LeRobotFormatError",
-    "LeRobotSource",
-    "camera_name",
-    "channel_names",
-    "declaration_for",
-    "episode_path",
-    "import_lerobot",
-    "joint_groups",
-    "lerobot_extra",
-    "parse_episodes",
-]
+# The public names and their modules: one table, in __init__.pyi. Each loads on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -5,32 +5,7 @@ Synthetic episodes; EgoVerse-layout episodes as EgoVerse's writer makes them; ha
 `polymimic_data.testing`.)
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from polymimic_data.synthetic.egoverse_layout import (
-    PAD_TO,
-    ROWS_PER_CHUNK,
-    padded_length,
-    write_egoverse_episode,
-)
-from polymimic_data.synthetic.episodes import (
-    APPROACH_RATE,
-    ensure_synthetic_episodes,
-    episode_name,
-    generate_episode,
-)
-from polymimic_data.synthetic.hand_keypoints import HAND_WIDTH, SIDES, hand_keypoints_in_reference
-
-__all__ = [
-    "APPROACH_RATE",
-    "HAND_WIDTH",
-    "PAD_TO",
-    "ROWS_PER_CHUNK",
-    "SIDES",
-    "ensure_synthetic_episodes",
-    "episode_name",
-    "generate_episode",
-    "hand_keypoints_in_reference",
-    "padded_length",
-    "write_egoverse_episode",
-]
+# The public names and their modules: one table, in __init__.pyi. Each loads on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,0 +1,33 @@
+# The public names, each with the module it loads from on first use (lazy_loader reads
+# this table at import; type checkers read it as the package's interface).
+from .collate import collate_samples as collate_samples
+from .dataloaders import ShuffledOrder as ShuffledOrder
+from .dataloaders import make_dataloader as make_dataloader
+from .dataloaders import tune_worker_allocator as tune_worker_allocator
+from .dataset import EpisodeDataset as EpisodeDataset
+from .episode_cache import EpisodeCache as EpisodeCache
+from .episode_cache import LoadedEpisode as LoadedEpisode
+from .faults import EPISODE_DROPPED as EPISODE_DROPPED
+from .faults import BadDataError as BadDataError
+from .faults import DataFault as DataFault
+from .faults import EpisodeFaults as EpisodeFaults
+from .faults import FaultLedger as FaultLedger
+from .faults import NoValidSampleError as NoValidSampleError
+from .faults import SampleFault as SampleFault
+from .faults import read_fault as read_fault
+from .image_augmentation import ImageAugmentation as ImageAugmentation
+from .image_resize import resize_uint8 as resize_uint8
+from .jpeg_decode import decode_jpeg as decode_jpeg
+from .normalization import Normalizer as Normalizer
+from .normalization import NormStats as NormStats
+from .normalization import VectorStats as VectorStats
+from .normalization import compute_norm_stats as compute_norm_stats
+from .normalization import load_or_compute_norm_stats as load_or_compute_norm_stats
+from .normalization import norm_stats_key as norm_stats_key
+from .sample_index import EpisodeIndex as EpisodeIndex
+from .windows import WindowSampler as WindowSampler
+from .windows import assemble as assemble
+from .windows import frames_of as frames_of
+from .windows import prompt_at as prompt_at
+from .windows import read_at as read_at
+from .windows import subsample_frames as subsample_frames

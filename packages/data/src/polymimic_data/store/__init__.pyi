@@ -1,0 +1,31 @@
+# The public names, each with the module it loads from on first use (lazy_loader reads
+# this table at import; type checkers read it as the package's interface).
+from .atomic_files import write_bytes_atomic as write_bytes_atomic
+from .atomic_files import write_json_atomic as write_json_atomic
+from .atomic_files import write_text_atomic as write_text_atomic
+from .episode_attrs import attrs_match as attrs_match
+from .episode_attrs import read_group_attrs as read_group_attrs
+from .episode_store import EPISODE_SUFFIX as EPISODE_SUFFIX
+from .episode_store import FRAMES_PER_SHARD as FRAMES_PER_SHARD
+from .episode_store import INCOMPLETE_PREFIX as INCOMPLETE_PREFIX
+from .episode_store import NUMERIC_CHUNK_FRAMES as NUMERIC_CHUNK_FRAMES
+from .episode_store import EpisodeReader as EpisodeReader
+from .episode_store import EpisodeWriter as EpisodeWriter
+from .episode_store import episode_hash as episode_hash
+from .episode_store import write_episode as write_episode
+from .numeric_reader import read_rows as read_rows
+from .remote_episodes import RemoteRootError as RemoteRootError
+from .remote_episodes import is_remote_root as is_remote_root
+from .remote_episodes import mirror_folder_name as mirror_folder_name
+from .remote_episodes import sync_remote_episodes as sync_remote_episodes
+from .vlen_bytes_reader import VlenBytesArrayReader as VlenBytesArrayReader
+from .zarr_chunks import MISSING as MISSING
+from .zarr_chunks import ChunkFileError as ChunkFileError
+from .zarr_chunks import ChunkLayout as ChunkLayout
+from .zarr_chunks import chunk_key as chunk_key
+from .zarr_chunks import decode_bytes as decode_bytes
+from .zarr_chunks import file_size as file_size
+from .zarr_chunks import pread as pread
+from .zarr_chunks import read_layout as read_layout
+from .zarr_chunks import shard_index as shard_index
+from .zarr_chunks import strip_crc32c as strip_crc32c
