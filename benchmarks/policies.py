@@ -29,8 +29,8 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 import polymimic_train.app
+from polymimic_data.embodiments import policy_embodiments
 from polymimic_policies import HPTPolicy, build_policy
-from polymimic_train.app import policy_embodiments
 
 emit = figure_printer("policies")
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs" / "model"

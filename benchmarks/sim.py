@@ -24,7 +24,7 @@ from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 
 from polymimic_data.embodiments import declare
 from polymimic_serve import LocalPolicy, load_policy, write_untrained_export
-from polymimic_sim import evaluate, make_task, record
+from polymimic_sim import RolloutSettings, evaluate, make_task, record
 from polymimic_sim.parallel import evaluate_parallel
 
 emit = figure_printer("sim")
@@ -71,12 +71,14 @@ def rollout_figures(task_name: str, tmp: Path, steps: int, workers: int) -> None
     run = {"seed": 1000, "max_steps": steps // 2, "executor_options": {"n_action_steps": 8},
            "progress": False}  # fmt: skip
     try:
-        one = evaluate(LocalPolicy(trained), task, episodes=2, **run)["env_steps_per_s"]
+        one = evaluate(LocalPolicy(trained), task, RolloutSettings(episodes=2, **run))
+        one = one["env_steps_per_s"]
     finally:
         task.close()
     emit("rollout_steps_per_s", one, "1/s", task=task_name, workers=1, n_action_steps=8)
     emit("rollout_over_bare_step_rate", one / bare, "ratio", task=task_name, workers=1)
-    summary = evaluate_parallel(trained, task_name, workers=workers, episodes=2 * workers, **run)
+    settings = RolloutSettings(workers=workers, episodes=2 * workers, **run)
+    summary = evaluate_parallel(trained, task_name, settings)
     many = summary["env_steps_per_s"]  # the workers' start-up apart, as one task's in process
     emit("rollout_steps_per_s", many, "1/s", task=task_name, workers=workers,
          mean_batch=summary["mean_batch"])  # fmt: skip

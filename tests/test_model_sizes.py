@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 import polymimic_train.app
+from polymimic_data.embodiments import policy_embodiments
 from polymimic_policies import HPTPolicy, RDTPolicy, build_policy
-from polymimic_train.app import policy_embodiments
 
 CONFIGS = Path(polymimic_train.app.__file__).parent / "configs" / "model"
 NAMED = {

@@ -22,10 +22,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import polymimic_train.app
+from polymimic_data.embodiments import policy_embodiments
 from polymimic_data.samples import ShuffledOrder
 from polymimic_eval import read_video_frames
 from polymimic_policies import build_policy
-from polymimic_train.app import policy_embodiments
 from polymimic_train.callbacks.trajectory_video import TrajectoryVideoCallback
 from polymimic_train.lightning.policy_module import PolicyModule
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from polymimic_data import EpisodeReader, resolve_episodes
-from polymimic_sim import aloha_tasks, evaluate, make_task, record
+from polymimic_sim import RolloutSettings, aloha_tasks, evaluate, make_task, record
 from polymimic_sim.recording import LINGER
 
 SIZE = (48, 64)
@@ -75,14 +76,12 @@ def test_replaying_the_recorded_actions_succeeds_and_zero_actions_fail(cube_epis
     actions = EpisodeReader(episode.path).read_numeric("action")
     task = make_task("aloha/transfer_cube", image_size=SIZE)
     try:
-        options = {"n_action_steps": 50}
-        replayed = evaluate(Replay(actions), task, episodes=1, seed=3, executor_options=options,
-                            progress=False)  # fmt: skip
-        zeros = evaluate(Zeros(actions), task, episodes=1, seed=3, executor_options=options,
-                         max_steps=60, progress=False)  # fmt: skip
+        once = RolloutSettings(episodes=1, seed=3, executor_options={"n_action_steps": 50},
+                               progress=False)  # fmt: skip
+        replayed = evaluate(Replay(actions), task, once)
+        zeros = evaluate(Zeros(actions), task, dataclasses.replace(once, max_steps=60))
         # the same actions meet another cube from another seed: no longer a transfer
-        elsewhere = evaluate(Replay(actions), task, episodes=1, seed=11, executor_options=options,
-                             progress=False)  # fmt: skip
+        elsewhere = evaluate(Replay(actions), task, dataclasses.replace(once, seed=11))
     finally:
         task.close()
     assert replayed["successes"] == 1 and replayed["outcomes"][0]["steps"] <= len(actions)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from polymimic_serve import load_policy
-from polymimic_sim import UnknownTaskError
+from polymimic_sim import RolloutSettings, UnknownTaskError
 from polymimic_sim.episodes import FAILURE_COLOUR
 from polymimic_sim.parallel import evaluate_parallel
 from polymimic_sim.rollouts import evaluate_checkpoint
@@ -29,9 +29,9 @@ def test_workers_batch_the_policy_and_an_episode_depends_on_its_seed_alone(
     trained = load_policy(untrained_sawyer)
     run = {"episodes": 3, "seed": 1000, "executor_options": OPTIONS, "max_steps": 10,
            "progress": False}  # fmt: skip
-    two = evaluate_parallel(trained, TASK, workers=2, **run)
-    again = evaluate_parallel(trained, TASK, workers=2, **run)
-    one = evaluate_parallel(trained, TASK, workers=1, **run)
+    two = evaluate_parallel(trained, TASK, RolloutSettings(workers=2, **run))
+    again = evaluate_parallel(trained, TASK, RolloutSettings(workers=2, **run))
+    one = evaluate_parallel(trained, TASK, RolloutSettings(workers=1, **run))
     assert two["workers"] == 2 and [o["seed"] for o in two["outcomes"]] == [1000, 1001, 1002]
     assert all(o["steps"] == 10 for o in two["outcomes"])
     assert two["mean_batch"] > 1.0 and one["mean_batch"] == 1.0
@@ -46,9 +46,8 @@ def test_workers_batch_the_policy_and_an_episode_depends_on_its_seed_alone(
 
 def test_workers_drive_the_policy_through_its_server(untrained_sawyer: Path) -> None:
     run = {"episodes": 2, "max_steps": 6, "executor_options": OPTIONS, "progress": False}
-    summary = evaluate_parallel(
-        load_policy(untrained_sawyer), TASK, workers=2, via_server=True, **run
-    )
+    settings = RolloutSettings(workers=2, via_server=True, **run)
+    summary = evaluate_parallel(load_policy(untrained_sawyer), TASK, settings)
     assert [o["steps"] for o in summary["outcomes"]] == [6, 6] and summary["workers"] == 2
 
 
@@ -64,7 +63,8 @@ def test_a_worker_refuses_a_bad_action_and_a_bad_task_is_named() -> None:
 
 def test_the_first_episodes_are_filmed_and_marked(untrained_sawyer: Path, tmp_path: Path) -> None:
     run = {"episodes": 3, "max_steps": 12, "executor_options": OPTIONS, "progress": False}
-    summary = evaluate_checkpoint(untrained_sawyer, TASK, workers=2, videos=2, out=tmp_path, **run)
+    settings = RolloutSettings(workers=2, videos=2, **run)
+    summary = evaluate_checkpoint(untrained_sawyer, TASK, settings, out=tmp_path)
     names = sorted(Path(v).name for v in summary["videos"])
     assert names == ["seed001000-failure.mp4", "seed001001-failure.mp4"]  # an untrained policy
     steps = {o["seed"]: o["steps"] for o in summary["outcomes"]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from polymimic_data import EpisodeReader, resolve_episodes
-from polymimic_sim import evaluate, make_task, record
+from polymimic_sim import RolloutSettings, evaluate, make_task, record
 from polymimic_sim.recording import LINGER
 
 TASK, SIZE = "metaworld/reach-v3", (48, 64)
@@ -62,24 +63,11 @@ def test_replaying_a_demonstration_succeeds_and_holding_still_fails(reach_episod
     actions = EpisodeReader(first.path).read_numeric("action")
     task = make_task(TASK, image_size=SIZE)
     try:
-        options = {"n_action_steps": 20}
-        replayed = evaluate(
-            ReplayPolicy(actions),
-            task,
-            episodes=1,
-            seed=0,
-            executor_options=options,
-            progress=False,
+        once = RolloutSettings(
+            episodes=1, seed=0, executor_options={"n_action_steps": 20}, progress=False
         )
-        held = evaluate(
-            HoldPolicy(actions),
-            task,
-            episodes=1,
-            seed=0,
-            executor_options=options,
-            max_steps=100,
-            progress=False,
-        )
+        replayed = evaluate(ReplayPolicy(actions), task, once)
+        held = evaluate(HoldPolicy(actions), task, dataclasses.replace(once, max_steps=100))
     finally:
         task.close()
     assert replayed["successes"] == 1 and replayed["outcomes"][0]["steps"] <= len(actions)

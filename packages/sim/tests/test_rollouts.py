@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from polymimic_serve import LocalPolicy, load_policy
-from polymimic_sim import evaluate, make_task, rollout, wilson_interval
+from polymimic_sim import RolloutSettings, evaluate, make_task, rollout, wilson_interval
 from polymimic_sim.cli import main
 from polymimic_sim.task_types import Step
 
@@ -38,8 +40,15 @@ def test_every_executor_runs_inside_rollouts(untrained_sawyer: Path, executor: s
     task = make_task(TASK, image_size=SIZE)
     options = {"delay": 1} | ({} if executor == "temporal_ensemble" else {"n_action_steps": 4})
     try:
-        summary = evaluate(policy, task, episodes=2, seed=1000, executor=executor,
-                           executor_options=options, max_steps=12, progress=False)  # fmt: skip
+        settings = RolloutSettings(
+            episodes=2,
+            seed=1000,
+            executor=executor,
+            executor_options=options,
+            max_steps=12,
+            progress=False,
+        )
+        summary = evaluate(policy, task, settings)
     finally:
         task.close()
     assert [o["seed"] for o in summary["outcomes"]] == [1000, 1001]
@@ -143,20 +152,27 @@ def test_rollouts_in_real_time_measure_the_delay_a_slower_model_makes(
     task = make_task(TASK, image_size=SIZE)
 
     class AtLeast30ms(LocalPolicy):  # a floor, so that a fast machine measures delays too
-        def infer(self, observation: dict) -> dict:
+        def infer(self, observation: Mapping[str, Any]) -> dict[str, Any]:
             time.sleep(0.03)
             return super().infer(observation)
 
     def run(slowdown: float) -> dict:
-        return evaluate(AtLeast30ms(trained), task, episodes=2, seed=1000, executor="rtc",
-                        executor_options={"n_action_steps": 2}, max_steps=60, progress=False,
-                        realtime=True, inference_slowdown=slowdown)  # fmt: skip
+        settings = RolloutSettings(
+            episodes=2,
+            seed=1000,
+            executor="rtc",
+            executor_options={"n_action_steps": 2},
+            max_steps=60,
+            progress=False,
+            realtime=True,
+            inference_slowdown=slowdown,
+        )
+        return evaluate(AtLeast30ms(trained), task, settings)
 
     try:
         fast, slow = run(1.0), run(4.0)
         with pytest.raises(ValueError, match="in real time the delay is measured"):
-            evaluate(LocalPolicy(trained), task, episodes=1, executor_options={"delay": 2},
-                     realtime=True, progress=False)  # fmt: skip
+            RolloutSettings(episodes=1, executor_options={"delay": 2}, realtime=True)
     finally:
         task.close()
     for summary in (fast, slow):

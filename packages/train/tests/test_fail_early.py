@@ -90,6 +90,26 @@ def test_a_data_root_without_the_embodiment_names_the_dataset(tmp_path: Path, tr
     )
 
 
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("data.batch_size=0", "data.batch_size: must be a positive integer, got 0"),
+        ("model.image_tokens=0", "model.image_tokens: must be a positive integer"),
+    ],
+)
+def test_a_misconfigured_run_on_an_object_store_fails_before_the_store_is_listed(
+    tmp_path: Path, train_app, monkeypatch: pytest.MonkeyPatch, override: str, expected: str
+) -> None:
+    # Nothing answers at this endpoint: had the store been listed first, the run would end
+    # on data.roots (after the client's retries) instead of on the field that is wrong.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    result = train_app(tmp_path, None, "data=episodes", "data.roots=[s3://bucket/eva]", override)
+    _fails_cleanly(result, expected, tmp_path)
+    assert not (tmp_path / "cache" / "remote").exists()  # no mirror begun
+
+
 def test_a_checkpoint_of_another_shape_is_refused_in_one_line(tmp_path: Path, train_app) -> None:
     trained = train_app(tmp_path, None, "data.synthetic.episodes=4", "data.synthetic.frames=20")
     assert trained.returncode == 0, trained.stderr[-2000:]

@@ -17,6 +17,7 @@ except PackageNotFoundError:  # a source tree that is not installed
 from polymimic_policies.action_heads import FlowHead, RegressionHead
 from polymimic_policies.embodiment_spec import EmbodimentSpec
 from polymimic_policies.hpt import HPTConfig, HPTPolicy, pretrained_parts
+from polymimic_policies.paligemma_loading import ensure_tiny_paligemma
 from polymimic_policies.pi import PiConfig, PiPolicy
 from polymimic_policies.policy import (
     LocalWeights,
@@ -52,6 +53,7 @@ __all__ = [
     "RegressionHead",
     "UnregisteredPolicyError",
     "build_policy",
+    "ensure_tiny_paligemma",
     "policy_class",
     "policy_class_of",
     "policy_from_record",

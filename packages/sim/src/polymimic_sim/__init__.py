@@ -1,8 +1,10 @@
 """polymimic-sim: simulated tasks for closed-loop evaluation.
 
 `record(task, dest)` writes scripted demonstrations as episodes; `make_task(name)` builds a
-task (`metaworld/<task>`); `evaluate(policy, task)` runs closed-loop episodes through a chunk
-executor and gives the success rate with its 95% Wilson interval. Names load on first use.
+task (`metaworld/<task>`); `evaluate_policy(trained, task, RolloutSettings(...))` runs
+closed-loop episodes of a loaded policy through a chunk executor (`evaluate_checkpoint` of a
+file, `evaluate` of any client in one simulator) and gives the success rate with its 95%
+Wilson interval. Names load on first use.
 """
 
 from importlib.metadata import PackageNotFoundError

@@ -4,8 +4,12 @@ from .episodes import Outcome as Outcome
 from .episodes import wilson_interval as wilson_interval
 from .recording import record as record
 from .rendering import RenderingError as RenderingError
+from .rollouts import describe as describe
 from .rollouts import evaluate as evaluate
+from .rollouts import evaluate_checkpoint as evaluate_checkpoint
+from .rollouts import evaluate_policy as evaluate_policy
 from .rollouts import rollout as rollout
+from .settings import RolloutSettings as RolloutSettings
 from .task_types import MissingExtraError as MissingExtraError
 from .task_types import SimTask as SimTask
 from .task_types import UnknownTaskError as UnknownTaskError

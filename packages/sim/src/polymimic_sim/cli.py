@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from polymimic_sim import __version__
+from polymimic_sim.settings import RolloutSettings
 from polymimic_sim.task_types import MissingExtraError, UnknownTaskError
 
 
@@ -27,14 +29,16 @@ def _parser() -> argparse.ArgumentParser:
     ev = commands.add_parser("evaluate", help="closed-loop rollouts of a trained policy")
     ev.add_argument("checkpoint", help="a checkpoint of `train` or an export")
     ev.add_argument("task", help="e.g. aloha/transfer_cube, metaworld/reach-v3, metaworld/mt10")
-    ev.add_argument("--episodes", type=int, default=50)
-    ev.add_argument("--seed", type=int, default=1000, help="the first seed (keep demos' apart)")
-    ev.add_argument("--executor", default="chunk", help="chunk, temporal_ensemble or rtc")
+    ev.set_defaults(**dataclasses.asdict(RolloutSettings()))  # one default, the settings'
+    ev.add_argument("--episodes", type=int)
+    ev.add_argument("--seed", type=int, help="the first seed (keep the demonstrations' apart)")
+    ev.add_argument("--executor", help="chunk, temporal_ensemble or rtc")
     ev.add_argument("--n-action-steps", type=int, help="steps run per chunk (chunk, rtc)")
-    ev.add_argument("--delay", type=int, default=0, help="simulated inference delay, ticks")
-    ev.add_argument("--workers", type=int, default=2, help="simulator processes (batched policy)")
+    ev.add_argument("--delay", type=int, help="simulated inference delay, ticks")
+    ev.add_argument("--workers", type=int, help="simulator processes (batched policy)")
+    ev.add_argument("--max-steps", type=int, help="ticks per episode at most (the task's limit)")
     ev.add_argument("--out", type=Path, help="write summary.json (and videos/) here")
-    ev.add_argument("--videos", type=int, default=3, help="mp4s of the first N episodes (--out)")
+    ev.add_argument("--videos", type=int, help="mp4s of the first N episodes (--out)")
     ev.add_argument(
         "--via-server", action="store_true", help="drive the policy through its websocket server"
     )
@@ -46,7 +50,6 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--inference-slowdown",
         type=float,
-        default=1.0,
         help="with --realtime: make each inference this many times slower (default 1)",
     )
     ev.add_argument(
@@ -82,24 +85,13 @@ def _record(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from polymimic_sim.rollouts import describe, evaluate_checkpoint
+    from polymimic_sim.settings import RolloutSettings
 
-    options: dict[str, int] = {"delay": args.delay} if args.delay else {}
-    if args.n_action_steps is not None:
-        options["n_action_steps"] = args.n_action_steps
+    settings = RolloutSettings.parse(
+        {name: getattr(args, name) for name in RolloutSettings.names() if hasattr(args, name)}
+    )
     summary = evaluate_checkpoint(
-        args.checkpoint,
-        args.task,
-        episodes=args.episodes,
-        seed=args.seed,
-        executor=args.executor,
-        executor_options=options,
-        via_server=args.via_server,
-        workers=args.workers,
-        out=args.out,
-        videos=args.videos,
-        realtime=args.realtime,
-        inference_slowdown=args.inference_slowdown,
-        weights_dir=args.weights_dir,
+        args.checkpoint, args.task, settings, out=args.out, weights_dir=args.weights_dir
     )
     print(describe(summary))
     print(json.dumps({k: v for k, v in summary.items() if k != "outcomes"}))

@@ -135,10 +135,3 @@ def summarise(task_name: str, executor: str, outcomes: list[Outcome], seconds: f
         "env_steps_per_s": steps / seconds if seconds > 0 else None,
         "outcomes": [asdict(o) for o in outcomes],
     }
-
-
-def seeds_of(episodes: int, seed: int) -> list[int]:
-    """The episodes' seeds: seed, seed+1, ..."""
-    if episodes < 1:
-        raise ValueError(f"episodes: a positive number, got {episodes}")
-    return [seed + i for i in range(episodes)]

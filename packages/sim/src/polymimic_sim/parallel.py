@@ -1,7 +1,7 @@
 """Rollouts in parallel: one simulator per worker process, the policy batched across them.
 
-`evaluate_parallel(trained, task_name, workers=N)` runs the episodes N at a time, in
-lockstep: every tick, each running episode's executor acts on its observation (on a
+`evaluate_parallel(trained, task_name, RolloutSettings(workers=N))` runs the episodes N at a
+time, in lockstep: every tick, each running episode's executor acts on its observation (on a
 thread of its own), and the chunks they ask for in that tick are sampled as one batch;
 then every simulator steps at once, each in its own process. A slot whose episode ends
 starts the next seed. Each episode draws its noise from a generator seeded by its own
@@ -28,19 +28,23 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from polymimic_serve import make_executor
-from polymimic_serve.executors import ChunkPolicy
-from polymimic_serve.inference import PolicyRunner
-from polymimic_serve.observations import ObservationReader, Request, StateHistory
-from polymimic_serve.trained_policy import TrainedPolicy
+from polymimic_serve import (
+    ChunkPolicy,
+    ObservationReader,
+    PolicyRunner,
+    Request,
+    StateHistory,
+    TrainedPolicy,
+    make_executor,
+)
 from polymimic_sim.episodes import (
     EpisodeTally,
     Outcome,
     boundary_jerk,
-    seeds_of,
     summarise,
     write_episode_video,
 )
+from polymimic_sim.settings import RolloutSettings
 from polymimic_sim.task_workers import TaskWorkers
 
 # -- the policy, batched over the slots of one tick ----------------------------------------------
@@ -128,51 +132,42 @@ class BatchedSlot:
 def evaluate_parallel(
     trained: TrainedPolicy,
     task_name: str,
+    settings: RolloutSettings | None = None,
     *,
-    workers: int = 2,
-    episodes: int = 50,
-    seed: int = 1000,
-    executor: str = "chunk",
-    executor_options: Mapping[str, Any] | None = None,
-    via_server: bool = False,
-    max_steps: int | None = None,
     video_dir: Path | None = None,
-    videos: int = 3,
-    progress: bool = True,
 ) -> dict[str, Any]:
-    """Closed-loop episodes of `trained` in `task_name`, `workers` at a time (see the module)."""
+    """Closed-loop episodes of `trained` in `task_name`, `settings.workers` at a time.
+
+    See the module docstring; `settings.realtime` does not apply (one simulator keeps the
+    wall clock: `evaluate_policy` runs it).
+    """
     from polymimic_serve import PolicyClient, PolicyServer, RunningServer
 
-    seeds = seeds_of(episodes, seed)
-    slots = min(workers, len(seeds))
-    options = dict(executor_options or {})
+    settings = settings or RolloutSettings()
+    slots = min(settings.workers, settings.episodes)
     begun = time.perf_counter()
     with TaskWorkers(
         task_name, slots, image_size=trained.image_size, cameras=trained.cameras
     ) as tasks:
         start = time.perf_counter()  # the rate counts the rollouts, not the workers' start
         batcher: TickBatcher | None = None
-        if not via_server:
+        if not settings.via_server:
             batcher = TickBatcher(trained, slots)
             policies: list[Any] = [BatchedSlot(batcher, s) for s in range(slots)]
-            outcomes, written = _lockstep(
-                tasks, policies, batcher, seeds, executor, options, max_steps, video_dir, videos,
-                progress, task_name,
-            )  # fmt: skip
+            outcomes, written = _lockstep(tasks, policies, batcher, settings, video_dir, task_name)
         else:
-            server = PolicyServer(trained, port=0, seed=seed, max_batch=slots)
+            server = PolicyServer(trained, port=0, seed=settings.seed, max_batch=slots)
             with RunningServer(server) as running:
                 policies = [PolicyClient(running.url) for _ in range(slots)]
                 try:
                     outcomes, written = _lockstep(
-                        tasks, policies, None, seeds, executor, options, max_steps, video_dir,
-                        videos, progress, task_name,
-                    )  # fmt: skip
+                        tasks, policies, None, settings, video_dir, task_name
+                    )
                 finally:
                     for client in policies:
                         client.close()
         seconds = time.perf_counter() - start
-    summary = summarise(task_name, executor, outcomes, seconds)
+    summary = summarise(task_name, settings.executor, outcomes, seconds)
     sizes = batcher.batch_sizes if batcher is not None else []
     return summary | {
         "workers": slots,
@@ -186,22 +181,20 @@ def _lockstep(
     tasks: TaskWorkers,
     policies: Sequence[ChunkPolicy],
     batcher: TickBatcher | None,
-    seeds: list[int],
-    executor: str,
-    options: dict[str, Any],
-    max_steps: int | None,
+    settings: RolloutSettings,
     video_dir: Path | None,
-    videos: int,
-    progress: bool,
     task_name: str,
 ) -> tuple[list[Outcome], list[Path]]:
-    executors = [make_executor(executor, policy, **options) for policy in policies]
-    filmed = set(seeds[:videos]) if video_dir is not None else set()
+    executors = [
+        make_executor(settings.executor, policy, **settings.executor_options) for policy in policies
+    ]
+    seeds = settings.seeds
+    filmed = set(seeds[: settings.videos]) if video_dir is not None else set()
     queue = deque(seeds)
     running: dict[int, tuple[EpisodeTally, dict[str, Any]]] = {}
     outcomes: list[Outcome] = []
     written: list[Path] = []
-    limit = max_steps or tasks.max_steps
+    limit = settings.max_steps or tasks.max_steps
 
     def start(slot: int) -> None:
         episode_seed = queue.popleft()
@@ -224,7 +217,7 @@ def _lockstep(
     for slot in range(len(policies)):
         if queue:
             start(slot)
-    bar = tqdm(total=len(seeds), desc=f"rollouts {task_name}", disable=not progress)
+    bar = tqdm(total=len(seeds), desc=f"rollouts {task_name}", disable=not settings.progress)
     with ThreadPoolExecutor(len(policies), thread_name_prefix="polymimic-rollout") as pool:
         while running:
             order = sorted(running)

@@ -1,9 +1,11 @@
 """Closed-loop rollouts: a policy acts in a simulated task, one action per tick.
 
-`evaluate(policy, task, episodes=50, seed=1000)` runs one episode per seed (seed, seed+1,
-...: keep them disjoint from the demonstrations' seeds, which start at 0) through a chunk
-executor of polymimic-serve, over any policy with openpi's client interface (a
-`LocalPolicy` in process, or a `PolicyClient` to a server: the robot's path). An episode
+`evaluate(policy, task, RolloutSettings(episodes=50, seed=1000))` runs one episode per seed
+(seed, seed+1, ...: keep them disjoint from the demonstrations' seeds, which start at 0)
+through a chunk executor of polymimic-serve, over any policy with openpi's client interface
+(a `LocalPolicy` in process, or a `PolicyClient` to a server: the robot's path);
+`evaluate_policy(trained, task_name, settings)` evaluates a loaded policy in a task or a
+suite, in process or in simulator workers (the one evaluation every command runs). An episode
 succeeds when the task says so; one whose simulator gives up (unstable physics) is a
 failure, never a crash. The summary holds the success rate with its 95% Wilson interval,
 the mean return, the mean steps to success, the mean jerk at chunk boundaries and every
@@ -18,32 +20,31 @@ sleeps (k - 1) times each inference's own time inside it: a model k times slower
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
 
-from polymimic_serve import make_executor
-from polymimic_serve.executors import ChunkExecutor, ChunkPolicy
-from polymimic_serve.realtime import RealTimeRunner
+from polymimic_serve import ChunkExecutor, ChunkPolicy, RealTimeRunner, make_executor
 from polymimic_sim.episodes import (
     EpisodeTally,
     Outcome,
     boundary_jerk,
-    seeds_of,
     summarise,
     wilson_interval,
     write_episode_video,
 )
+from polymimic_sim.settings import RolloutSettings
 from polymimic_sim.task_types import SimTask
 
 if TYPE_CHECKING:
-    from polymimic_serve.trained_policy import TrainedPolicy
+    from polymimic_serve import TrainedPolicy
 
 logger = logging.getLogger("polymimic_sim")
 
@@ -115,158 +116,148 @@ def rollout(
 def evaluate(
     policy: ChunkPolicy,
     task: SimTask,
+    settings: RolloutSettings | None = None,
     *,
-    episodes: int = 50,
-    seed: int = 1000,
-    executor: str = "chunk",
-    executor_options: Mapping[str, Any] | None = None,
-    max_steps: int | None = None,
     video_dir: Path | None = None,
-    videos: int = 3,
-    progress: bool = True,
-    realtime: bool = False,
-    inference_slowdown: float = 1.0,
 ) -> dict[str, Any]:
-    """Closed-loop episodes from seeds seed..seed+episodes-1, one after another, in `task`.
+    """Closed-loop episodes of `policy` in `task`, one after another, in this process.
 
-    The summary (see summarise); with `video_dir`, mp4s of the first `videos` episodes.
-    With `realtime` (see the module docstring) it also holds the runner's report.
+    `policy` is any object with openpi's client interface (a LocalPolicy, a PolicyClient);
+    `settings.workers` and `via_server` are `evaluate_policy`'s (they need a TrainedPolicy).
+    The summary (see summarise); with `video_dir`, mp4s of the first `settings.videos`
+    episodes. With `settings.realtime` (see the module docstring) it also holds the
+    runner's report.
     """
-    seeds = seeds_of(episodes, seed)
-    options = dict(executor_options or {})
-    if realtime and options.get("delay"):
-        raise ValueError(
-            "delay: a fixed delay is the synchronous loop's model; in real time the delay is "
-            "measured (make inference slower with inference_slowdown instead)"
-        )
-    if inference_slowdown != 1:
-        policy = SlowedPolicy(policy, inference_slowdown)
-    chunks = make_executor(executor, policy, **options)
-    runner = RealTimeRunner(chunks, fps=task.fps) if realtime else chunks
+    settings = settings or RolloutSettings()
+    if settings.inference_slowdown != 1:
+        policy = SlowedPolicy(policy, settings.inference_slowdown)
+    chunks = make_executor(settings.executor, policy, **settings.executor_options)
+    runner = RealTimeRunner(chunks, fps=task.fps) if settings.realtime else chunks
     start, outcomes, written = time.perf_counter(), [], []
     try:
-        for index in tqdm(range(episodes), desc=f"rollouts {task.name}", disable=not progress):
-            filmed = video_dir is not None and index < videos
-            outcome, tally = rollout(task, runner, seeds[index], max_steps, frames=filmed)
+        for index, seed in enumerate(
+            tqdm(settings.seeds, desc=f"rollouts {task.name}", disable=not settings.progress)
+        ):
+            filmed = video_dir is not None and index < settings.videos
+            outcome, tally = rollout(task, runner, seed, settings.max_steps, frames=filmed)
             outcomes.append(outcome)
             if filmed and tally.frames and video_dir is not None:
                 written.append(write_episode_video(video_dir, outcome, tally.frames, task.fps))
     finally:
         if isinstance(runner, RealTimeRunner):
             runner.close()
-    summary = summarise(task.name, executor, outcomes, time.perf_counter() - start)
+    summary = summarise(task.name, settings.executor, outcomes, time.perf_counter() - start)
     summary |= {"workers": 1, "videos": [str(p) for p in written]}
-    summary |= {"realtime": realtime, "inference_slowdown": inference_slowdown}
+    summary |= {"realtime": settings.realtime, "inference_slowdown": settings.inference_slowdown}
     if isinstance(runner, RealTimeRunner):
         summary["realtime_report"] = runner.report()
         logger.info("%s in real time: %s", task.name, runner.report())
     return summary
 
 
+def evaluate_policy(
+    trained: TrainedPolicy,
+    task_name: str,
+    settings: RolloutSettings | None = None,
+    *,
+    video_dir: Path | None = None,
+    tasks: MutableMapping[str, SimTask] | None = None,
+) -> dict[str, Any]:
+    """Rollouts of a loaded policy in a task, or in each task of a suite, combined.
+
+    The one evaluation that the command line, `evaluate sim=` and the training callback
+    run. The task renders the policy's cameras at its image size. With `settings.workers`
+    > 1 the episodes run in that many simulator processes, the policy batched across them
+    (polymimic_sim.parallel); with `via_server` the policy is served on loopback and
+    driven through `PolicyClient` (the robot's path, wire and all); with `realtime` one
+    simulator runs at wall-clock rate (`workers` is then 1). With `video_dir`, mp4s of
+    the first `settings.videos` episodes (a suite's in a folder per task). `tasks`:
+    simulators made before, by name, used and added to rather than made and closed here
+    (a caller that evaluates again and again keeps them, and closes them).
+    """
+    from polymimic_sim.tasks import suite_tasks
+
+    settings = settings or RolloutSettings()
+    if settings.realtime and settings.workers > 1:
+        logger.warning(
+            "realtime: one simulator at wall-clock rate (workers %d -> 1)", settings.workers
+        )
+        settings = dataclasses.replace(settings, workers=1)
+    names = suite_tasks(task_name)
+    parts = {}
+    for name in names:
+        videos = video_dir / name.replace("/", "_") if video_dir and len(names) > 1 else video_dir
+        parts[name] = _evaluate_task(trained, name, settings, video_dir=videos, tasks=tasks)
+    summary = parts[task_name] if names == [task_name] else combine(task_name, parts)
+    return summary | {
+        "weights_step": trained.step,
+        "via_server": settings.via_server,
+        "executor_options": dict(settings.executor_options),
+    }
+
+
 def evaluate_checkpoint(
     checkpoint: str | Path,
     task_name: str,
+    settings: RolloutSettings | None = None,
     *,
-    episodes: int = 50,
-    seed: int = 1000,
-    executor: str = "chunk",
-    executor_options: Mapping[str, Any] | None = None,
-    workers: int = 2,
-    via_server: bool = False,
     out: str | Path | None = None,
-    videos: int = 3,
-    max_steps: int | None = None,
     device: str = "cpu",
-    progress: bool = True,
-    realtime: bool = False,
-    inference_slowdown: float = 1.0,
     weights_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Rollouts of a checkpoint or export in `task_name`; `out/summary.json` if `out`.
+    """`evaluate_policy` of a checkpoint or export; `out/summary.json` and `out/videos/`.
 
-    The task renders the policy's cameras at its image size. With `workers` > 1 the
-    episodes run in that many simulator processes, the policy batched across them
-    (polymimic_sim.parallel). With `via_server`, the policy is served on loopback and
-    driven through `PolicyClient`: the robot's path, wire and all. With `out`, mp4s of the
-    first `videos` episodes go to `out/videos/`. With `realtime`, one simulator runs at
-    wall-clock rate (see the module docstring; `workers` is then 1). `weights_dir`: where
-    a Pi policy's PaliGemma folder is, when not inside the checkpoint's (see load_policy).
+    An unknown task or suite, or a missing extra, fails before the policy loads.
+    `weights_dir`: where a Pi policy's PaliGemma folder is, when not inside the
+    checkpoint's (see load_policy).
     """
     from polymimic_data.store import write_json_atomic
     from polymimic_serve import load_policy
     from polymimic_sim.tasks import suite_tasks
 
-    if workers < 1:
-        raise ValueError(f"workers: a positive number of simulator processes, got {workers}")
-    if inference_slowdown != 1 and not realtime:
-        raise ValueError(
-            "inference_slowdown: only with realtime (a slower model changes nothing when the "
-            "simulator waits for it)"
-        )
-    if realtime and workers > 1:
-        logger.warning("realtime: one simulator at wall-clock rate (workers %d -> 1)", workers)
-        workers = 1
-    names = suite_tasks(task_name)  # an unknown suite or a missing extra fails before loading
+    suite_tasks(task_name)
     trained = load_policy(checkpoint, device=device, weights_dir=weights_dir)
-    options = {"episodes": episodes, "seed": seed, "executor": executor, "videos": videos,
-               "executor_options": executor_options, "progress": progress,
-               "workers": workers, "via_server": via_server, "max_steps": max_steps,
-               "realtime": realtime, "inference_slowdown": inference_slowdown}  # fmt: skip
-    videos_root = Path(out) / "videos" if out is not None else None
-    if names == [task_name]:
-        summary = _evaluate_trained(trained, task_name, video_dir=videos_root, **options)
-    else:
-        parts = {
-            name: _evaluate_trained(
-                trained,
-                name,
-                video_dir=videos_root / name.replace("/", "_") if videos_root else None,
-                **options,
-            )
-            for name in names
-        }
-        summary = combine(task_name, parts)
-    summary |= {
-        "checkpoint": str(Path(checkpoint).resolve()),
-        "weights_step": trained.step,
-        "via_server": via_server,
-        "executor_options": dict(executor_options or {}),
-    }
+    video_dir = Path(out) / "videos" if out is not None else None
+    summary = evaluate_policy(trained, task_name, settings, video_dir=video_dir)
+    summary["checkpoint"] = str(Path(checkpoint).resolve())
     if out is not None:
         write_json_atomic(Path(out) / "summary.json", summary)
     return summary
 
 
-def _evaluate_trained(
+def _evaluate_task(
     trained: TrainedPolicy,
     task_name: str,
+    settings: RolloutSettings,
     *,
-    workers: int,
-    via_server: bool,
-    seed: int,
-    **options: Any,
+    video_dir: Path | None,
+    tasks: MutableMapping[str, SimTask] | None,
 ) -> dict[str, Any]:
     """One task's rollouts of a loaded policy: in process, or in `workers` processes."""
     from polymimic_serve import LocalPolicy, PolicyClient, PolicyServer, RunningServer
     from polymimic_sim.parallel import evaluate_parallel
     from polymimic_sim.tasks import make_task
 
-    if workers > 1:
-        options = {k: v for k, v in options.items() if k not in ("realtime", "inference_slowdown")}
-        return evaluate_parallel(
-            trained, task_name, workers=workers, via_server=via_server, seed=seed, **options
+    if settings.workers > 1:
+        return evaluate_parallel(trained, task_name, settings, video_dir=video_dir)
+    made = {} if tasks is None else tasks
+    if task_name not in made:
+        made[task_name] = make_task(
+            task_name, image_size=trained.image_size, cameras=trained.cameras
         )
-    task = make_task(task_name, image_size=trained.image_size, cameras=trained.cameras)
+    task = made[task_name]
     try:
-        if via_server:
+        if settings.via_server:
             with (
-                RunningServer(PolicyServer(trained, port=0, seed=seed)) as running,
+                RunningServer(PolicyServer(trained, port=0, seed=settings.seed)) as running,
                 PolicyClient(running.url) as client,
             ):
-                return evaluate(client, task, seed=seed, **options)
-        return evaluate(LocalPolicy(trained, seed=seed), task, seed=seed, **options)
+                return evaluate(client, task, settings, video_dir=video_dir)
+        policy = LocalPolicy(trained, seed=settings.seed)
+        return evaluate(policy, task, settings, video_dir=video_dir)
     finally:
-        task.close()
+        if tasks is None:
+            task.close()
 
 
 def combine(suite: str, parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -1,4 +1,13 @@
-"""`train`: compose data, policy, strategy, callbacks and loggers from Hydra config, then fit.
+"""`train`: the recipe, in running order: check, data, policy, fit.
+
+1. `checked_config`: every check that needs neither data nor weights (numbers, names,
+   choices, loggers, the model's own config), before anything is listed or loaded;
+2. `checked_data`: each dataset's episodes (an object store's mirrored into the cache),
+   then the checks that needed them (embodiments that episodes declare);
+3. `built_policy`: the policy from its config and the data's embodiments;
+4. `components`: the prepared data module and the policy module;
+5. `fit`: train, validate the final weights, summarise;
+and `run`, which does the five in a run directory that is kept only once they can work.
 
 Importing this module loads Hydra and OmegaConf only, so `train --help` answers at once
 and a misconfiguration is reported before torch, Lightning or any data load.
@@ -10,137 +19,103 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import hydra
-import platformdirs
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import InterpolationResolutionError
 
-from polymimic_train.run_config import ConfigError, check_config
+from polymimic_train import resolvers  # noqa: F401  (the configs' ${polymimic.*} resolvers)
+from polymimic_train.run_config import ConfigError, check_config, check_datasets
 from polymimic_train.runs import run_dirs
 
 if TYPE_CHECKING:
     from polymimic_data import Normalizer
-    from polymimic_policies import Policy
+    from polymimic_policies import Policy, PolicyConfig
     from polymimic_train.lightning.data_module import EmbodimentDataModule
     from polymimic_train.lightning.policy_module import PolicyModule
     from polymimic_train.run_episodes import DatasetEpisodes
 
 log = logging.getLogger("polymimic_train")
 
-OmegaConf.register_new_resolver(
-    "polymimic.user_cache",
-    lambda sub: str(Path(platformdirs.user_cache_dir("polymimic")) / sub),
-    replace=True,
-)
+
+# -- 1. the config --------------------------------------------------------------------------------
 
 
-def _tiny_paligemma(cache_dir: str) -> str:
-    """A tiny PaliGemma for model=pi_tiny, made in the cache on first use.
+def checked_config(cfg: DictConfig, *, initial_weights: bool = True) -> PolicyConfig:
+    """Every check that needs no data: the run's fields, then the model's config, built.
 
-    Transformers loads only when a config asks for it.
+    Nothing is listed, read or made: a misconfigured run with an object-store root ends
+    here before the store is asked anything. `initial_weights`: the policy will be built
+    afresh (its local weights must be there), not loaded from a checkpoint. The model's
+    own complaints name its field (`model.d_model: ...`).
     """
-    from polymimic_policies.paligemma_loading import ensure_tiny_paligemma
-
-    return str(ensure_tiny_paligemma(cache_dir))
-
-
-OmegaConf.register_new_resolver(
-    "polymimic.tiny_paligemma", _tiny_paligemma, replace=True, use_cache=True
-)
-
-
-def _gpus_per_node(accelerator: str, devices: Any) -> int | None:
-    """What the SLURM launcher asks for per node: the trainer's devices, none on a CPU."""
-    return None if str(accelerator) == "cpu" else int(devices)
-
-
-OmegaConf.register_new_resolver("polymimic.gpus_per_node", _gpus_per_node, replace=True)
-
-
-def _sweep_name(*, _root_: DictConfig) -> str:
-    """The run's `name` for a multirun's folder, resolved where `${hydra:...}` cannot be.
-
-    A multirun's launcher is built (and its folder named) before Hydra's config is set,
-    so the default name, `${hydra:runtime.choices.model}-...`, fails there; the same
-    choices are read from the config's own `hydra` node instead.
-    """
-    try:
-        return str(_root_.name)
-    except InterpolationResolutionError:
-        choices = _root_.hydra.runtime.choices
-        return f"{choices.model}-{choices.data}"
-
-
-OmegaConf.register_new_resolver("polymimic.sweep_name", _sweep_name, replace=True)
-# Cached: Hydra reads the run directory more than once; it must be made once.
-OmegaConf.register_new_resolver(
-    "polymimic.run_dir", run_dirs.run_dir_for, replace=True, use_cache=True
-)
-
-
-def _launched_rank_zero() -> bool:
-    """The process that owns the run directory (other ranks are launched into it)."""
-    return all(os.environ.get(v, "0") == "0" for v in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
-
-
-def _first_on_node() -> bool:
-    """The first process of this node (SLURM's local id 0, and no launcher-spawned rank)."""
-    return all(os.environ.get(v, "0") == "0" for v in ("LOCAL_RANK", "SLURM_LOCALID"))
-
-
-def _callbacks_and_loggers(cfg: DictConfig) -> tuple[list[Any], list[Any]]:
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    from polymimic_train.runs.wandb_run import RunWandbLogger
+    from polymimic_policies import PolicyConfig
 
-    def build(group: DictConfig | None) -> list[Any]:
-        return [instantiate(c) for c in (group or {}).values() if c is not None]
+    check_config(cfg, initial_weights=initial_weights, resolved=False)
+    try:
+        config = instantiate(cfg.model)
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ValueError | TypeError):
+            raise ConfigError(f"model.{cause}") from cause
+        raise
+    assert isinstance(config, PolicyConfig)
+    return config if initial_weights else config.without_initial_weights()
 
-    loggers = build(cfg.logger)
-    for logger in loggers:
-        if isinstance(logger, RunWandbLogger):  # the W&B run's config: the composed one
-            resolved = OmegaConf.to_container(cfg, resolve=True)
-            assert isinstance(resolved, dict)
-            logger.log_run_config({str(k): v for k, v in resolved.items()})
-    return build(cfg.callbacks), loggers
+
+# -- 2. the data ----------------------------------------------------------------------------------
 
 
-def checked_data(
-    cfg: DictConfig, *, initial_weights: bool = True
-) -> tuple[dict[str, Any], DatasetEpisodes | None]:
-    """Every check of the config that needs no model, with each dataset's episodes.
+def checked_data(cfg: DictConfig) -> tuple[dict[str, Any], DatasetEpisodes | None]:
+    """Each dataset's episodes under `data.roots`, then the dataset checks that needed them.
 
-    Episodes under `data.roots` are resolved here, once per dataset (naming `auto`
-    embodiments); generated ones are made and resolved by the data module, after every
-    check. Returns the data config as plain data, and the episodes (None if generated).
-    `initial_weights`: the policy will be built afresh, not loaded from a checkpoint.
+    Resolved once per dataset (`auto` embodiments named in `cfg.data`, in place);
+    generated episodes are made and resolved by the data module, after every check.
+    Returns the data config as plain data, and the episodes (None if generated).
     """
     from polymimic_train.run_episodes import resolve_real_datasets
 
     episodes = None
     if not cfg.data.get("synthetic"):
         episodes = resolve_real_datasets(cfg.data, cfg.paths.cache_dir)
-    check_config(cfg, initial_weights=initial_weights)
+    check_datasets(cfg)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     assert isinstance(data_cfg, dict)
     return {str(k): v for k, v in data_cfg.items()}, episodes
 
 
-def _checked(
-    cfg: DictConfig, resume_from: Path | None
-) -> tuple[dict[str, Any], DatasetEpisodes | None, Policy]:
-    """Every check that can fail before data preparation; the data, its episodes, the policy."""
-    data_cfg, episodes = checked_data(cfg, initial_weights=resume_from is None)
-    policy = _build_policy(cfg, data_cfg, resuming=resume_from is not None)
-    if resume_from is not None:
-        from polymimic_train.runs.run_dirs import check_resume_fits
+# -- 3. the policy --------------------------------------------------------------------------------
 
-        check_resume_fits(resume_from, policy)
-    return data_cfg, episodes, policy
+
+def built_policy(
+    cfg: DictConfig, config: PolicyConfig, data_cfg: dict[str, Any], resume_from: Path | None
+) -> Policy:
+    """The policy from its config and the datasets' embodiments (seeded by `cfg.seed`).
+
+    A resumed run's checkpoint must fit it (one line naming what differs); its config
+    reads no initial weights (pretrained parts, PaliGemma's base weights): the checkpoint
+    has them.
+    """
+    import torch
+
+    from polymimic_data.embodiments import policy_embodiments
+    from polymimic_policies import build_policy
+
+    torch.manual_seed(cfg.seed)  # the initial weights (Lightning seeds the rest later)
+    try:
+        policy = build_policy(config, policy_embodiments(data_cfg))
+    except ValueError as exc:
+        raise ConfigError(f"model.{exc}") from exc
+    if resume_from is not None:
+        run_dirs.check_resume_fits(resume_from, policy)
+    return policy
+
+
+# -- 4. the data module and the policy module -----------------------------------------------------
 
 
 def components(
@@ -181,13 +156,36 @@ def components(
     return datamodule, module
 
 
-def _fit(
+def _policy_record(
+    data_cfg: dict[str, Any], policy: Policy, datamodule: EmbodimentDataModule
+) -> dict[str, Any]:
+    """What a checkpoint carries for `load_policy`: plain data only."""
+    from polymimic_data.embodiments import action_rates, policy_embodiments
+    from polymimic_serve import checkpoint_record
+
+    return checkpoint_record(
+        policy=policy,
+        embodiments=policy_embodiments(data_cfg),
+        layouts=datamodule.layouts,
+        norm_stats=datamodule.norm_stats,
+        norm_mode=data_cfg["norm"]["mode"],
+        image_size=data_cfg["image_size"],
+        fps=action_rates(data_cfg),
+    )
+
+
+# -- 5. fit ---------------------------------------------------------------------------------------
+
+
+def fit(
     cfg: DictConfig,
     run_dir: Path,
     resume_from: Path | None,
-    checked: tuple[dict[str, Any], DatasetEpisodes | None, Policy],
+    data_cfg: dict[str, Any],
+    episodes: DatasetEpisodes | None,
+    policy: Policy,
 ) -> dict[str, Any]:
-    """Prepare the data, fit, and summarise the final weights."""
+    """Prepare the data, fit, validate the final weights, and write the run's summary."""
     import lightning.pytorch as pl
     from hydra.utils import instantiate
 
@@ -199,7 +197,7 @@ def _fit(
         reap_stale_gpu_processes()  # once per node: every node's GPUs, not only node 0's
     fit_torch_threads()  # a container's CPU quota, not the host's cores
     pl.seed_everything(cfg.seed, workers=True)
-    datamodule, module = components(cfg, *checked)
+    datamodule, module = components(cfg, data_cfg, episodes, policy)
     callbacks, loggers = _callbacks_and_loggers(cfg)
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
     if trainer.is_global_zero:
@@ -218,100 +216,56 @@ def _fit(
     return summary
 
 
-def policy_embodiments(data_cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """What the policy is told of each dataset's embodiment, from the data config alone."""
-    from polymimic_data import embodiment_specs
-
-    return embodiment_specs(
-        data_cfg["datasets"], history=int(data_cfg["history"]), horizon=int(data_cfg["horizon"])
-    )
+def _first_on_node() -> bool:
+    """The first process of this node (SLURM's local id 0, and no launcher-spawned rank)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("LOCAL_RANK", "SLURM_LOCALID"))
 
 
-def _policy_record(
-    data_cfg: dict[str, Any], policy: Policy, datamodule: EmbodimentDataModule
-) -> dict[str, Any]:
-    """What a checkpoint carries for `load_policy`: plain data only."""
-    from polymimic_serve.checkpoints import checkpoint_record
-
-    return checkpoint_record(
-        policy=policy,
-        embodiments=policy_embodiments(data_cfg),
-        layouts=datamodule.layouts,
-        norm_stats=datamodule.norm_stats,
-        norm_mode=data_cfg["norm"]["mode"],
-        image_size=data_cfg["image_size"],
-        fps=action_rates(data_cfg),
-    )
-
-
-def action_rates(data_cfg: Mapping[str, Any]) -> dict[str, float]:
-    """Per dataset, the action steps per second of its chunks: the rate to execute them at.
-
-    The episodes' frame rate over the frames one action step spans.
-    """
-    from polymimic_data.embodiments import get_embodiment
-
-    window = data_cfg.get("action_window")
-    frames_per_step = (
-        float(window) / int(data_cfg["horizon"]) if window else int(data_cfg["action_stride"])
-    )
-    return {
-        name: get_embodiment(str(spec["embodiment"])).fps / frames_per_step
-        for name, spec in data_cfg["datasets"].items()
-    }
-
-
-def _build_policy(cfg: DictConfig, data_cfg: dict[str, Any], resuming: bool = False) -> Policy:
-    """The policy, from config alone; its own complaints name the model field.
-
-    A resumed run reads no initial weights (pretrained parts, PaliGemma's base weights):
-    the checkpoint has them.
-    """
-    import torch
-    from hydra.errors import InstantiationException
+def _callbacks_and_loggers(cfg: DictConfig) -> tuple[list[Any], list[Any]]:
     from hydra.utils import instantiate
 
-    from polymimic_policies import PolicyConfig, build_policy
+    from polymimic_train.runs.wandb_run import RunWandbLogger
 
-    torch.manual_seed(cfg.seed)  # the initial weights (Lightning seeds the rest later)
-    try:
-        config = instantiate(cfg.model)
-        assert isinstance(config, PolicyConfig)
-        if resuming:
-            config = config.without_initial_weights()
-        return build_policy(config, policy_embodiments(data_cfg))
-    except InstantiationException as exc:
-        cause = exc.__cause__
-        if isinstance(cause, ValueError | TypeError):
-            raise ConfigError(f"model.{cause}") from cause
-        raise
-    except ValueError as exc:
-        raise ConfigError(f"model.{exc}") from exc
+    def build(group: DictConfig | None) -> list[Any]:
+        return [instantiate(c) for c in (group or {}).values() if c is not None]
+
+    loggers = build(cfg.logger)
+    for logger in loggers:
+        if isinstance(logger, RunWandbLogger):  # the W&B run's config: the composed one
+            resolved = OmegaConf.to_container(cfg, resolve=True)
+            assert isinstance(resolved, dict)
+            logger.log_run_config({str(k): v for k, v in resolved.items()})
+    return build(cfg.callbacks), loggers
+
+
+# -- the run --------------------------------------------------------------------------------------
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train per `cfg` in its run directory; returns the summary also in `summary.json`.
 
-    A misconfiguration ends here before anything heavy, and leaves no new run directory
+    A misconfiguration ends before anything heavy, and leaves no new run directory
     behind (nor touches the record of a run it was asked to resume).
     """
     run_dir = Path(cfg.paths.run_dir)
     fresh = not (run_dir / run_dirs.RECORD).exists() and run_dirs.last_checkpoint(run_dir) is None
     try:
         resume_from = run_dirs.checkpoint_to_resume(cfg.resume, run_dir, cfg.name)
-        checked = _checked(cfg, resume_from)
+        config = checked_config(cfg, initial_weights=resume_from is None)
+        data_cfg, episodes = checked_data(cfg)
+        policy = built_policy(cfg, config, data_cfg, resume_from)
     except (ConfigError, run_dirs.RunDirError):
         if fresh and _launched_rank_zero():
             shutil.rmtree(run_dir, ignore_errors=True)
             run_dirs.forget_job_choice(cfg.paths.runs_root, cfg.name)
         raise
     if not _launched_rank_zero():
-        return _fit(cfg, run_dir, resume_from, checked)
+        return fit(cfg, run_dir, resume_from, data_cfg, episodes, policy)
     if resume_from is not None:
         log.info("resuming from %s", resume_from.resolve())
     lock = run_dirs.start(run_dir, resumed_from=resume_from)
     try:
-        summary = _fit(cfg, run_dir, resume_from, checked)
+        summary = fit(cfg, run_dir, resume_from, data_cfg, episodes, policy)
         run_dirs.write_record(run_dir, "finished", steps=summary["steps"])
     except BaseException as exc:
         run_dirs.write_record(run_dir, "failed", error=f"{type(exc).__name__}: {exc}")
@@ -319,6 +273,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     finally:
         lock.release()
     return summary
+
+
+def _launched_rank_zero() -> bool:
+    """The process that owns the run directory (other ranks are launched into it)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

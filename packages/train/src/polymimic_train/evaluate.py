@@ -26,24 +26,21 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from polymimic_train.runs.run_dirs import CHECKPOINTS, create_run_dir
+from polymimic_train.runs.run_dirs import checkpoint_home, create_run_dir, run_dir_of
 
 
-def _compose(checkpoint: Path, overrides: list[str]) -> tuple[DictConfig, Path | None]:
+def _compose(checkpoint: Path, overrides: list[str]) -> DictConfig:
+    """The run's composition (its recorded overrides, then `overrides`) for `checkpoint`."""
     from hydra import compose, initialize_config_module
 
-    import polymimic_train.app  # noqa: F401  (registers the config resolvers)
-
-    run_dir = checkpoint.resolve().parent.parent
-    recorded = run_dir / ".hydra" / "overrides.yaml"
-    if checkpoint.resolve().parent.name != CHECKPOINTS or not recorded.exists():
-        run_dir, before = None, []
-    else:
+    run_dir = run_dir_of(checkpoint)
+    recorded = run_dir / ".hydra" / "overrides.yaml" if run_dir is not None else None
+    before = []
+    if recorded is not None and recorded.exists():
         before = [str(o) for o in OmegaConf.load(recorded)]  # type: ignore[union-attr]
     wanted = [o for o in before if not o.startswith(("resume=", "trainer."))] + overrides
     with initialize_config_module("polymimic_train.configs", version_base="1.3"):
-        cfg = compose("train", overrides=[*wanted, "name=evaluate", "paths.run_dir=."])
-    return cfg, run_dir
+        return compose("train", overrides=[*wanted, "name=evaluate", "paths.run_dir=."])
 
 
 def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -52,15 +49,16 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
     from hydra.utils import instantiate
 
     from polymimic_data.store import write_json_atomic
-    from polymimic_serve.trained_policy import load_policy
-    from polymimic_train.app import checked_data, components
+    from polymimic_serve import load_policy
+    from polymimic_train.app import checked_config, checked_data, components
     from polymimic_train.runs.run_record import summarise
 
     checkpoint = Path(checkpoint)
-    cfg, run_dir = _compose(checkpoint, list(overrides or []))
+    cfg = _compose(checkpoint, list(overrides or []))
     # As train checks and resolves them; the weights come from the checkpoint.
-    data_cfg, episodes = checked_data(cfg, initial_weights=False)
-    out = create_run_dir((run_dir or checkpoint.parent) / "eval", ".")
+    checked_config(cfg, initial_weights=False)
+    data_cfg, episodes = checked_data(cfg)
+    out = create_run_dir(checkpoint_home(checkpoint) / "eval", ".")
     # the run's own config names the folder a Pi policy reads PaliGemma's config from
     weights_dir = OmegaConf.select(cfg, "model.paligemma_path", default=None)
     trained = load_policy(
@@ -101,35 +99,23 @@ def evaluate(checkpoint: str | Path, overrides: list[str] | None = None) -> dict
     return summary
 
 
-def _flag(value: str) -> bool:
-    return value.lower() in ("true", "1", "yes")
-
-
-SIM_OPTIONS = {"episodes": int, "seed": int, "executor": str, "n_action_steps": int,
-               "delay": int, "workers": int, "videos": int,
-               "via_server": _flag, "realtime": _flag,
-               "inference_slowdown": float, "weights_dir": str}  # fmt: skip
-
-
-def evaluate_in_sim(checkpoint: Path, settings: dict[str, str]) -> dict[str, Any]:
-    """Rollouts of `checkpoint` in `settings["sim"]` (see the module docstring)."""
+def evaluate_in_sim(checkpoint: Path, options: dict[str, str]) -> dict[str, Any]:
+    """Rollouts of `checkpoint` in `options["sim"]` (see the module docstring)."""
     try:
-        from polymimic_sim.rollouts import describe, evaluate_checkpoint
+        from polymimic_sim import RolloutSettings, describe, evaluate_checkpoint
     except ModuleNotFoundError as exc:
         raise SystemExit(
             f"error: sim= needs polymimic-sim: install polymimic-train[sim] ({exc})"
         ) from exc
-    unknown = sorted(set(settings) - {"sim"} - {f"sim.{k}" for k in SIM_OPTIONS})
-    if unknown:
-        raise SystemExit(f"error: {unknown}: not sim options; use sim.{', sim.'.join(SIM_OPTIONS)}")
-    given = {k.removeprefix("sim."): SIM_OPTIONS[k.removeprefix("sim.")](v)
-             for k, v in settings.items() if k != "sim"}  # fmt: skip
-    executor_options = {k: given.pop(k) for k in ("n_action_steps", "delay") if k in given}
-    resolved = checkpoint.resolve()
-    base = resolved.parent.parent if resolved.parent.name == CHECKPOINTS else resolved.parent
-    out = create_run_dir(base / "eval", ".")
+    given = {k.removeprefix("sim."): v for k, v in options.items() if k != "sim"}
+    weights_dir = given.pop("weights_dir", None)
+    try:
+        settings = RolloutSettings.parse(given)
+    except ValueError as exc:
+        raise SystemExit(f"error: sim.{exc}") from exc
+    out = create_run_dir(checkpoint_home(checkpoint) / "eval", ".")
     summary = evaluate_checkpoint(
-        checkpoint, settings["sim"], executor_options=executor_options, out=out, **given
+        checkpoint, options["sim"], settings, out=out, weights_dir=weights_dir
     )
     print(f"eval dir: {out}")
     print(describe(summary))

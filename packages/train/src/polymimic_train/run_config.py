@@ -72,7 +72,12 @@ def _check_numbers(cfg: DictConfig) -> None:
         raise ConfigError(f"name: letters, digits, '.', '_' and '-' only; got {name!r}")
 
 
-def _check_datasets(data: DictConfig) -> None:
+def _check_datasets(data: DictConfig, *, resolved: bool = True) -> None:
+    """Each dataset's embodiment, layout, cameras and weight.
+
+    Before its episodes are resolved (`resolved=False`), a dataset whose embodiment is
+    `auto` or not yet registered (episodes may declare it) is left for the check after.
+    """
     from polymimic_data.embodiments import get_embodiment, registered_embodiments
 
     datasets = data.get("datasets") or {}
@@ -80,6 +85,8 @@ def _check_datasets(data: DictConfig) -> None:
         raise ConfigError("data.datasets: list at least one dataset (name: {embodiment: ...})")
     for name, spec in datasets.items():
         where = f"data.datasets.{name}"
+        if not resolved and str(spec.get("embodiment")).lower() not in registered_embodiments():
+            continue
         try:
             embodiment = get_embodiment(str(spec.get("embodiment")))
         except KeyError:
@@ -99,6 +106,8 @@ def _check_datasets(data: DictConfig) -> None:
                 f"choose one of {list(embodiment.layouts)}"
             )
         cameras = list(spec.get("cameras", ["front_1"]))
+        if spec.get("cameras") == "auto" and not resolved:
+            cameras = []  # all of the embodiment's, named once the episodes are resolved
         unknown = [c for c in cameras if c not in embodiment.cameras]
         if unknown:
             raise ConfigError(
@@ -157,13 +166,19 @@ def _fitting_layout(embodiment: Any, layout: Any, required: tuple[str, ...]) -> 
 
 
 def _check_model_layouts(cfg: DictConfig, policy_type: type[Policy]) -> None:
-    """Each dataset's rotations are of a kind the model predicts (its `rotation_kinds`)."""
-    from polymimic_data.embodiments import get_embodiment
+    """Each dataset's rotations are of a kind the model predicts (its `rotation_kinds`).
+
+    Datasets of an embodiment not registered yet (declared by episodes) wait for the
+    check after their episodes are resolved.
+    """
+    from polymimic_data.embodiments import get_embodiment, registered_embodiments
 
     required = policy_type.rotation_kinds
     if required is None:
         return
     for name, spec in (cfg.data.get("datasets") or {}).items():
+        if str(spec.get("embodiment")).lower() not in registered_embodiments():
+            continue
         embodiment = get_embodiment(str(spec.get("embodiment")))
         layout = embodiment.layout(spec.get("layout"))
         kinds = sorted({g.kind for g in layout.groups if g.kind in _ROTATION_KINDS} - set(required))
@@ -252,18 +267,28 @@ def _check_loggers(cfg: DictConfig) -> None:
             )
 
 
-def check_config(cfg: DictConfig, *, initial_weights: bool = True) -> type[Policy]:
+def check_config(
+    cfg: DictConfig, *, initial_weights: bool = True, resolved: bool = True
+) -> type[Policy]:
     """Every check that needs no data and no model: numbers, names, choices, loggers.
 
     Returns the policy class the model config builds: what it declares about itself is
     checked here (the rotations it predicts; with `initial_weights`, a run that builds
     the policy afresh rather than from a checkpoint, the local weights it reads).
+    `resolved=False`: run before the episodes are listed, so datasets that name `auto`
+    or an embodiment that episodes declare are left for `check_datasets` after.
     """
     _check_numbers(cfg)
-    _check_datasets(cfg.data)
+    _check_datasets(cfg.data, resolved=resolved)
     _check_loggers(cfg)
     policy_type = model_policy_type(cfg)
     _check_model_layouts(cfg, policy_type)
     if initial_weights:
         _check_local_weights(cfg, policy_type)
     return policy_type
+
+
+def check_datasets(cfg: DictConfig) -> None:
+    """The dataset checks again once episodes are resolved (every embodiment named)."""
+    _check_datasets(cfg.data)
+    _check_model_layouts(cfg, model_policy_type(cfg))

@@ -14,19 +14,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from polymimic_serve.checkpoints import read_checkpoint, write_export
-from polymimic_serve.trained_policy import TrainedPolicy, load_policy
-from polymimic_train.runs.run_dirs import CHECKPOINTS
+from polymimic_serve import TrainedPolicy, load_policy, read_checkpoint, write_export
+from polymimic_train.runs.run_dirs import checkpoint_home
 
 __all__ = ["TrainedPolicy", "default_export_dir", "export_policy", "load_policy"]
 
 
 def default_export_dir(checkpoint: Path, step: int | None) -> Path:
     """`<run dir>/export/step<N>` for a run's checkpoint, else `export/<name>` beside it."""
-    resolved = checkpoint.resolve()
-    in_run = resolved.parent.name == CHECKPOINTS
-    base = resolved.parent.parent if in_run else resolved.parent
-    return base / "export" / (f"step{step:06d}" if step is not None else resolved.stem)
+    name = f"step{step:06d}" if step is not None else checkpoint.resolve().stem
+    return checkpoint_home(checkpoint) / "export" / name
 
 
 def export_policy(

@@ -22,7 +22,12 @@ from polymimic_data.embodiments.registry import (
     register_embodiment,
     registered_embodiments,
 )
-from polymimic_data.embodiments.specs import DEFAULT_CAMERAS, embodiment_specs
+from polymimic_data.embodiments.specs import (
+    DEFAULT_CAMERAS,
+    action_rates,
+    embodiment_specs,
+    policy_embodiments,
+)
 
 __all__ = [
     "DECLARATION",
@@ -32,6 +37,7 @@ __all__ = [
     "Embodiment",
     "LayoutRecipe",
     "VectorRecipe",
+    "action_rates",
     "camera_intrinsics",
     "check_declaration",
     "declaration_key",
@@ -41,6 +47,7 @@ __all__ = [
     "embodiment_specs",
     "get_embodiment",
     "layout_name",
+    "policy_embodiments",
     "register_embodiment",
     "registered_embodiments",
 ]

@@ -36,3 +36,24 @@ def embodiment_specs(
             "action_groups": [[group.name, group.width] for group in layout.groups],
         }
     return specs
+
+
+def policy_embodiments(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """`embodiment_specs` of a data config (`datasets`, `history`, `horizon`): the policy's."""
+    return embodiment_specs(
+        data["datasets"], history=int(data["history"]), horizon=int(data["horizon"])
+    )
+
+
+def action_rates(data: Mapping[str, Any]) -> dict[str, float]:
+    """Per dataset of a data config, the action steps per second of its chunks.
+
+    The rate to execute them at: the episodes' frame rate over the frames one action
+    step spans (`action_window` frames over `horizon` steps, else `action_stride`).
+    """
+    window = data.get("action_window")
+    frames_per_step = float(window) / int(data["horizon"]) if window else int(data["action_stride"])
+    return {
+        name: get_embodiment(str(spec["embodiment"])).fps / frames_per_step
+        for name, spec in data["datasets"].items()
+    }

@@ -27,48 +27,53 @@ log = logging.getLogger(__name__)
 
 
 class SimEval(pl.Callback):
-    """Rollouts in `task` after every `every_n_validations`-th validation (see the module)."""
+    """Rollouts in `task` after every `every_n_validations`-th validation (see the module).
+
+    `rollouts`: polymimic-sim's RolloutSettings, as flat options (`episodes`, `seed`,
+    `executor`, `n_action_steps`, `max_steps`, `workers`, ...); what is not given is the
+    settings' default. `embodiment`: the one that acts, when the run trains several.
+    """
 
     def __init__(
         self,
         task: str | None = None,
         every_n_validations: int = 0,
-        episodes: int = 10,
-        seed: int = 1000,
-        executor: str = "chunk",
-        executor_options: dict[str, Any] | None = None,
         embodiment: str | None = None,
-        max_steps: int | None = None,
+        **rollouts: Any,
     ) -> None:
-        """`max_steps`: ticks per episode at most (None: the task's own limit)."""
-        if every_n_validations < 0 or episodes < 1:
+        if every_n_validations < 0:
             raise ValueError(
-                f"callbacks.sim_eval: every_n_validations >= 0 and episodes >= 1, got "
-                f"{every_n_validations} and {episodes}"
+                f"callbacks.sim_eval.every_n_validations: >= 0, got {every_n_validations}"
             )
         if every_n_validations and not task:
             raise ValueError(
                 "callbacks.sim_eval.task: which simulated task to roll out in, e.g. "
                 "aloha/transfer_cube (or a data config with sim_task)"
             )
-        self.task_name, self.every = task, every_n_validations
-        self.episodes, self.seed, self.embodiment = episodes, seed, embodiment
-        self.max_steps = max_steps
-        self.executor, self.executor_options = executor, dict(executor_options or {})
+        self.task_name, self.every, self.embodiment = task, every_n_validations, embodiment
+        self.rollouts = rollouts
+        self.settings: Any = None  # polymimic-sim's RolloutSettings, made in setup
         self.validations = 0
         self.summaries: list[dict[str, Any]] = []
         self._tasks: dict[str, Any] = {}  # made once, kept between validations
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.every and stage == "fit":  # a missing extra fails now, not after an hour
-            try:
-                import polymimic_sim.rollouts  # noqa: F401
-            except ModuleNotFoundError as exc:
-                raise ModuleNotFoundError(
-                    f"callbacks.sim_eval needs polymimic-sim: install polymimic-train[sim] ({exc})"
-                ) from exc
+        """A missing extra or a rollout option that cannot work fails now, not after an hour."""
+        if not self.every or stage != "fit":
+            return
+        try:
+            from polymimic_sim import RolloutSettings
+        except ModuleNotFoundError as exc:
+            raise ModuleNotFoundError(
+                f"callbacks.sim_eval needs polymimic-sim: install polymimic-train[sim] ({exc})"
+            ) from exc
+        try:
+            self.settings = RolloutSettings.parse({"progress": False} | self.rollouts)
+        except ValueError as exc:
+            raise ValueError(f"callbacks.sim_eval.{exc}") from exc
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Roll out after every `every_n_validations`-th validation (not the sanity check)."""
         if not self.every or trainer.sanity_checking:
             return
         self.validations += 1
@@ -79,8 +84,7 @@ class SimEval(pl.Callback):
     def _roll_out(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         from polymimic_data.store import write_json_atomic
         from polymimic_serve import TrainedPolicy
-        from polymimic_sim.rollouts import combine, describe
-        from polymimic_sim.tasks import suite_tasks
+        from polymimic_sim import describe, evaluate_policy
 
         if not isinstance(pl_module, PolicyModule):
             raise TypeError(f"callbacks.sim_eval: a PolicyModule, got {type(pl_module).__name__}")
@@ -96,46 +100,26 @@ class SimEval(pl.Callback):
         trained = TrainedPolicy(
             pl_module.policy, pl_module.normalizer, record, embodiment, trainer.global_step
         )
-        names = suite_tasks(str(self.task_name))  # a suite: each of its tasks
         try:
-            parts = {name: self._evaluate(trained, name) for name in names}
+            summary = evaluate_policy(
+                trained, str(self.task_name), self.settings, tasks=self._tasks
+            )
         finally:
             pl_module.train(training)
-        summary = combine(str(self.task_name), parts) if len(names) > 1 else parts[names[0]]
         step = trainer.global_step
-        summary |= {"weights_step": step}
         self.summaries.append(summary)
         prefix = f"sim/{self.task_name}"
         metrics = {f"{prefix}/success_rate": summary["success_rate"],
                    f"{prefix}/mean_return": summary["mean_return"]}  # fmt: skip
-        if len(names) > 1:
-            metrics |= {f"sim/{n}/success_rate": p["success_rate"] for n, p in parts.items()}
+        per_task = summary.get("success_rate_per_task", {})  # a suite: each of its tasks
+        metrics |= {f"sim/{name}/success_rate": rate for name, rate in per_task.items()}
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
         write_json_atomic(Path(trainer.default_root_dir) / prefix / f"step{step:06d}.json", summary)
         log.info("step %d: %s", step, describe(summary))
 
-    def _evaluate(self, trained: Any, name: str) -> dict[str, Any]:
-        from polymimic_serve import LocalPolicy
-        from polymimic_sim.rollouts import evaluate
-        from polymimic_sim.tasks import make_task
-
-        if name not in self._tasks:
-            self._tasks[name] = make_task(
-                name, image_size=trained.image_size, cameras=trained.cameras
-            )
-        return evaluate(
-            LocalPolicy(trained, seed=self.seed),
-            self._tasks[name],
-            episodes=self.episodes,
-            seed=self.seed,
-            executor=self.executor,
-            executor_options=self.executor_options,
-            max_steps=self.max_steps,
-            progress=False,
-        )
-
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Close the simulators kept between validations."""
         for task in self._tasks.values():
             task.close()
         self._tasks = {}

@@ -130,9 +130,18 @@ def last_checkpoint(run_dir: Path) -> Path | None:
     return last if last.exists() else None
 
 
-def _run_dir_of_checkpoint(checkpoint: Path) -> Path | None:
-    parent = checkpoint.resolve().parent
+def run_dir_of(checkpoint: str | os.PathLike[str]) -> Path | None:
+    """The run directory a checkpoint was saved in (`<run dir>/checkpoints/<file>`), or None.
+
+    The one rule from a checkpoint to its run; symlinks are followed first.
+    """
+    parent = Path(checkpoint).resolve().parent
     return parent.parent if parent.name == CHECKPOINTS else None
+
+
+def checkpoint_home(checkpoint: str | os.PathLike[str]) -> Path:
+    """Where what is made from a checkpoint goes: its run directory, else its own folder."""
+    return run_dir_of(checkpoint) or Path(checkpoint).resolve().parent
 
 
 def latest_unfinished(runs_root: Path, name: str) -> Path | None:
@@ -245,7 +254,7 @@ def _choose_run_dir(root: Path, name: str, resume: str | None) -> str:
         path = Path(resume).expanduser()
         if path.is_dir() and _is_run_dir(path):
             return str(path.resolve())
-        if path.is_file() and (owner := _run_dir_of_checkpoint(path)) is not None:
+        if path.is_file() and (owner := run_dir_of(path)) is not None:
             return str(owner)
     return str(create_run_dir(root, name))
 
