@@ -28,12 +28,12 @@ from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
-import polymimic_train.app
+import polymimic_train.configs
 from polymimic_data.embodiments import policy_embodiments
 from polymimic_policies import HPTPolicy, build_policy
 
 emit = figure_printer("policies")
-CONFIGS = Path(polymimic_train.app.__file__).parent / "configs" / "model"
+CONFIGS = Path(polymimic_train.configs.__file__).parent / "model"
 
 
 def _model_cfg(model: str) -> tuple:
@@ -48,8 +48,7 @@ def _without_local_paligemma(model_cfg) -> bool:
 
 
 def _pi_3b_count(model_cfg) -> int:
-    from polymimic_policies.paligemma_loading import paligemma_3b_config
-    from polymimic_policies.pi import pi_parameter_count
+    from polymimic_policies import paligemma_3b_config, pi_parameter_count
 
     counts = pi_parameter_count(
         paligemma_3b_config(),
@@ -166,7 +165,7 @@ def _random_paligemma_3b() -> str:
     import shutil
     import tempfile
 
-    from polymimic_policies.paligemma_loading import ensure_tiny_paligemma, paligemma_3b_config
+    from polymimic_policies import ensure_tiny_paligemma, paligemma_3b_config
 
     directory = Path(tempfile.mkdtemp()) / "paligemma-3b-config"
     directory.mkdir()

@@ -51,6 +51,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from polymimic_serve import (
+    DEFAULT_MAX_BATCH,
     LocalPolicy,
     PolicyClient,
     PolicyServer,
@@ -58,9 +59,8 @@ from polymimic_serve import (
     TrainedPolicy,
     load_policy,
     make_executor,
+    packb,
 )
-from polymimic_serve.server import DEFAULT_MAX_BATCH
-from polymimic_serve.wire import packb
 
 emit = figure_printer("serve")
 CAMERA_MAP = {"cam_high": "front_1"}

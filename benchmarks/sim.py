@@ -24,8 +24,7 @@ from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 
 from polymimic_data.embodiments import declare
 from polymimic_serve import LocalPolicy, load_policy, write_untrained_export
-from polymimic_sim import RolloutSettings, evaluate, make_task, record
-from polymimic_sim.parallel import evaluate_parallel
+from polymimic_sim import RolloutSettings, evaluate, evaluate_parallel, make_task, record
 
 emit = figure_printer("sim")
 SIZE = (96, 128)

@@ -33,8 +33,8 @@ from polymimic_policies import (
     PiPolicy,
     RDTConfig,
     RDTPolicy,
+    ensure_tiny_paligemma,
 )
-from polymimic_policies.paligemma_loading import ensure_tiny_paligemma
 
 GROUPS = [("left_position", 3), ("left_rotation", 4), ("left_gripper", 1), ("right", 8)]
 SPECS = {

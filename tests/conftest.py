@@ -13,8 +13,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
-import polymimic_train.app  # noqa: F401  (registers the config resolvers)
-from polymimic_train.lightning.data_module import EmbodimentDataModule
+import polymimic_train.configs  # noqa: F401  (registers the config resolvers)
+from polymimic_train.lightning import EmbodimentDataModule
 
 ComposeTrain = Callable[..., DictConfig]
 

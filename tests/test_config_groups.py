@@ -8,9 +8,9 @@ import pytest
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import Strategy
 
-import polymimic_train.app
+import polymimic_train.configs
 
-CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
+CONFIGS = Path(polymimic_train.configs.__file__).parent
 
 
 def _options(group: str) -> list[str]:

@@ -17,14 +17,14 @@ import torch
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
-import polymimic_train.app
+import polymimic_train.configs
 from polymimic_data.embodiments import policy_embodiments
 from polymimic_data.lerobot import import_lerobot
 from polymimic_data.synthetic import ensure_synthetic_episodes
 from polymimic_data.testing import write_lerobot_dataset
 from polymimic_policies import build_policy
 
-CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
+CONFIGS = Path(polymimic_train.configs.__file__).parent
 SLOW, GPU_ONLY = 10e6, 100e6
 
 TINY = [
@@ -59,8 +59,7 @@ def parameters(model: str) -> int:
     """
     cfg = _compose(f"model={model}", "name=count")
     if cfg.model._target_.endswith("PiConfig") and cfg.model.paligemma_path is None:
-        from polymimic_policies.paligemma_loading import paligemma_3b_config
-        from polymimic_policies.pi import pi_parameter_count
+        from polymimic_policies import paligemma_3b_config, pi_parameter_count
 
         counts = pi_parameter_count(
             paligemma_3b_config(),
@@ -198,7 +197,7 @@ def test_every_model_trains_on_every_data_config(
         *_pi_overrides(model, data),
     ]
     cfg = compose_train(tmp_path, *overrides)
-    summary = polymimic_train.app.run(cfg)
+    summary = polymimic_train.run(cfg)
     assert summary["steps"] == 2
     assert math.isfinite(summary["val_action_error"]) and summary["val_action_error"] > 0
     assert (Path(cfg.paths.run_dir) / "checkpoints" / "last.ckpt").exists()

@@ -11,11 +11,11 @@ import torch
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
-import polymimic_train.app
+import polymimic_train.configs
 from polymimic_data.embodiments import policy_embodiments
 from polymimic_policies import HPTPolicy, RDTPolicy, build_policy
 
-CONFIGS = Path(polymimic_train.app.__file__).parent / "configs" / "model"
+CONFIGS = Path(polymimic_train.configs.__file__).parent / "model"
 NAMED = {
     p.stem: float(m[1]) * {"m": 1e6, "b": 1e9}[m[2]]
     for p in CONFIGS.glob("hpt_*.yaml")

@@ -17,7 +17,7 @@ missing extra, a wrong CLI flag, a session nox does not have) fails. The rules:
   (`polymimic_data.synthetic.ensure_synthetic_episodes`), `/data/lerobot/aloha_cube` a
   LeRobot v3 dataset as lerobot writes it (`polymimic_data.testing.write_lerobot_dataset`),
   `/data/polymimic/...` a tmp folder, `/models/paligemma-3b-pt-224` a tiny PaliGemma
-  (`polymimic_policies.paligemma_loading.make_tiny_paligemma`), and
+  (`polymimic_policies.make_tiny_paligemma`), and
   `runs/<name>/<date>_<time>_<id>` the run directory an earlier command made. Any other
   `/data/...`, `/models/...` or `<...>` is unknown.
 - `train` runs shortened by appended overrides (Hydra: the last value wins, so the README's
@@ -500,7 +500,7 @@ def readme_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def data(tmp_path_factory: pytest.TempPathFactory) -> Data:
     from polymimic_data.synthetic import ensure_synthetic_episodes
     from polymimic_data.testing import write_lerobot_dataset
-    from polymimic_policies.paligemma_loading import make_tiny_paligemma
+    from polymimic_policies import make_tiny_paligemma
 
     tmp = tmp_path_factory.mktemp("readme_data")
     eva = ensure_synthetic_episodes(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import polymimic_train.app
+import polymimic_train.configs
 from polymimic_sim import record
 
 TASK = "metaworld/button-press-v3"
@@ -39,7 +39,7 @@ def test_a_run_logs_its_success_rate_after_each_due_validation(tmp_path: Path, c
         "model.d_model=32",
         "model.num_heads=2",
     )
-    summary = polymimic_train.app.run(cfg)
+    summary = polymimic_train.run(cfg)
     assert summary["steps"] == 6
     run_dir = Path(cfg.paths.run_dir)
     # validations at steps 2, 4 and 6: the second is due (every 2nd)
@@ -54,7 +54,7 @@ def test_a_run_logs_its_success_rate_after_each_due_validation(tmp_path: Path, c
 
 
 def test_a_due_sim_eval_without_a_task_is_refused_before_training() -> None:
-    from polymimic_train.callbacks.sim_eval import SimEval
+    from polymimic_train.callbacks import SimEval
 
     with pytest.raises(ValueError, match=r"callbacks.sim_eval.task: which simulated task"):
         SimEval(every_n_validations=1)

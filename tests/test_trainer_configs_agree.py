@@ -21,15 +21,15 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-import polymimic_train.app
+import polymimic_train.configs
 from polymimic_data.embodiments import policy_embodiments
 from polymimic_data.samples import ShuffledOrder
 from polymimic_eval import read_video_frames
 from polymimic_policies import build_policy
-from polymimic_train.callbacks.trajectory_video import TrajectoryVideoCallback
-from polymimic_train.lightning.policy_module import PolicyModule
+from polymimic_train.callbacks import TrajectoryVideoCallback
+from polymimic_train.lightning import PolicyModule
 
-CONFIGS = Path(polymimic_train.app.__file__).parent / "configs"
+CONFIGS = Path(polymimic_train.configs.__file__).parent
 TRAINERS = sorted(p.stem for p in (CONFIGS / "trainer").glob("*.yaml"))
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from polymimic_data.samples import Normalizer, NormStats, VectorStats
-from polymimic_policies.real_time_chunking import flow_step_velocity
+from polymimic_policies import flow_step_velocity
 from polymimic_serve import LocalPolicy, make_executor
 from polymimic_serve.executors import EXECUTORS
 from polymimic_serve.trained_policy import TrainedPolicy

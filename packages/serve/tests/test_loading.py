@@ -422,8 +422,7 @@ def test_a_missing_path_is_a_checkpoint_error_and_a_file_not_found_error(tmp_pat
 @pytest.fixture(scope="module")
 def pi_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Pi export, written from a config naming a PaliGemma folder outside it."""
-    from polymimic_policies import PiConfig
-    from polymimic_policies.paligemma_loading import make_tiny_paligemma
+    from polymimic_policies import PiConfig, make_tiny_paligemma
     from polymimic_serve import write_untrained_export
 
     root = tmp_path_factory.mktemp("pi")

@@ -17,8 +17,12 @@ except PackageNotFoundError:  # a source tree that is not installed
 from polymimic_policies.action_heads import FlowHead, RegressionHead
 from polymimic_policies.embodiment_spec import EmbodimentSpec
 from polymimic_policies.hpt import HPTConfig, HPTPolicy, pretrained_parts
-from polymimic_policies.paligemma_loading import ensure_tiny_paligemma
-from polymimic_policies.pi import PiConfig, PiPolicy
+from polymimic_policies.paligemma_loading import (
+    ensure_tiny_paligemma,
+    make_tiny_paligemma,
+    paligemma_3b_config,
+)
+from polymimic_policies.pi import PiConfig, PiPolicy, pi_parameter_count
 from polymimic_policies.policy import (
     LocalWeights,
     Policy,
@@ -34,7 +38,7 @@ from polymimic_policies.policy import (
 from polymimic_policies.policy_config import PolicyConfig
 from polymimic_policies.pretrained import PretrainedWeightsError
 from polymimic_policies.rdt import RDTConfig, RDTPolicy
-from polymimic_policies.real_time_chunking import ActionPrefix, prefix_weights
+from polymimic_policies.real_time_chunking import ActionPrefix, flow_step_velocity, prefix_weights
 
 __all__ = [
     "ActionPrefix",
@@ -54,6 +58,10 @@ __all__ = [
     "UnregisteredPolicyError",
     "build_policy",
     "ensure_tiny_paligemma",
+    "flow_step_velocity",
+    "make_tiny_paligemma",
+    "paligemma_3b_config",
+    "pi_parameter_count",
     "policy_class",
     "policy_class_of",
     "policy_from_record",

@@ -19,11 +19,14 @@ from .observations import ObservationReader as ObservationReader
 from .observations import Request as Request
 from .observations import StateHistory as StateHistory
 from .realtime import RealTimeRunner as RealTimeRunner
+from .server import DEFAULT_MAX_BATCH as DEFAULT_MAX_BATCH
 from .server import PolicyServer as PolicyServer
 from .server import RunningServer as RunningServer
 from .trained_policy import Continuation as Continuation
 from .trained_policy import TrainedPolicy as TrainedPolicy
 from .trained_policy import load_policy as load_policy
 from .untrained import write_untrained_export as write_untrained_export
+from .wire import packb as packb
+from .wire import unpackb as unpackb
 
 __version__: str

@@ -2,6 +2,7 @@
 # this table at import; type checkers read it as the package's interface).
 from .episodes import Outcome as Outcome
 from .episodes import wilson_interval as wilson_interval
+from .parallel import evaluate_parallel as evaluate_parallel
 from .recording import record as record
 from .rendering import RenderingError as RenderingError
 from .rollouts import describe as describe

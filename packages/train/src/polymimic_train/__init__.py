@@ -1,5 +1,6 @@
 """polymimic-train: the thin app that composes data, policy, strategy and eval under Hydra.
 
+`run(cfg)` is the recipe (`uv run train` composes the config and calls it).
 `load_policy(path)` rebuilds a trained policy from a checkpoint or an export alone, and
 `export_policy(checkpoint)` writes an export (see trained_policy; both load from
 polymimic-serve, which a robot computer installs alone); importing them loads

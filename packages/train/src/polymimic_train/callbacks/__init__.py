@@ -1,6 +1,12 @@
 """Callbacks the configs name.
 
-Overlay videos (`trajectory_video`), the per-step error plot (`step_error_plot`),
-gradient-norm statistics (`grad_norm_monitor`), step timing (`step_timing`) and data-fault
-reports (`data_fault_monitor`). Import the modules themselves: this package imports nothing.
+Overlay videos (`TrajectoryVideoCallback`), the per-step error plot (`StepErrorPlot`),
+gradient-norm statistics (`GradNormMonitor`), step timing (`StepTimer`), data-fault reports
+(`DataFaultMonitor`) and closed-loop evaluation in simulation (`SimEval`). Each loads on
+first use, so `train --help` stays light.
 """
+
+import lazy_loader
+
+# The public names and their modules: one table, in __init__.pyi. Each loads on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,6 +1,10 @@
 """The Lightning modules the recipe composes.
 
-`policy_module.PolicyModule`: the policy's training and validation steps; and
-`data_module.EmbodimentDataModule`: the loaders per embodiment. Import the modules
-themselves: this package imports nothing, so `train --help` stays light.
+`PolicyModule`: the policy's training and validation steps; `EmbodimentDataModule`: the
+loaders per embodiment. Each loads on first use, so `train --help` stays light.
 """
+
+import lazy_loader
+
+# The public names and their modules: one table, in __init__.pyi. Each loads on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
