@@ -111,3 +111,83 @@ def test_episode_lists_parse_as_ranges() -> None:
         parse_episodes("1,x")
     with pytest.raises(ValueError, match="backwards"):
         parse_episodes("5-2")
+
+
+def _human_declaration(name: str) -> dict:
+    """A person: wrist poses and keypoints in the world, the head's pose, actions the next poses."""
+    hand = [(f"{s}.obs_wrist_pose", f"{s}.obs_keypoints") for s in ("left", "right")]
+    keys = [key for pair in hand for key in pair]
+    groups = [
+        {"name": f"{side}_{part}", "kind": kind, "width": width}
+        for side in ("left", "right")
+        for part, kind, width in (("position", "position", 3), ("rotation", "rot6d", 6),
+                                  ("keypoints", "keypoints", 6))
+    ]  # fmt: skip
+    return {
+        "name": name,
+        "family": "human",
+        "fps": 30.0,
+        "cameras": [],
+        "state": keys,
+        "actions": [[key, 1] for key in keys],
+        "frame": "obs_head_pose",
+        "rotation": "rot6d",
+        "groups": groups,
+    }
+
+
+def test_a_declared_human_reads_next_poses_in_the_head_frame(tmp_path) -> None:
+    from polymimic_data.geometry import express_in, points_in_frame, to_matrix
+
+    frames = 10
+    rng = np.random.default_rng(0)
+
+    def poses() -> np.ndarray:  # xyz + a unit quaternion per frame
+        quat = rng.normal(size=(frames, 4))
+        return np.concatenate(
+            [rng.normal(size=(frames, 3)), quat / np.linalg.norm(quat, axis=1, keepdims=True)], 1
+        )
+
+    arrays = {
+        "obs_head_pose": poses(),
+        **{f"{s}.obs_wrist_pose": poses() for s in ("left", "right")},
+        **{f"{s}.obs_keypoints": rng.normal(size=(frames, 6)) for s in ("left", "right")},
+    }
+    declaration = _human_declaration("test/person")
+    write_episode(
+        tmp_path / "person.zarr",
+        embodiment="test/person",
+        fps=30.0,
+        arrays={k: v.astype(np.float32) for k, v in arrays.items()},
+        metadata={DECLARATION: declaration},
+    )
+    episodes = resolve_episodes(tmp_path, embodiment="test/person")
+    spec = get_embodiment("test/person")
+    assert spec.family == "human" and "obs_head_pose" in spec.numeric_keys
+    dataset = EpisodeDataset(episodes, embodiment="test/person", cameras=(), history=1, horizon=3)
+    sample = dataset[4]
+    actions = np.asarray(sample["actions"])
+    assert np.asarray(sample["state"]).shape == (1, 30) and actions.shape == (3, 30)
+    head = arrays["obs_head_pose"][4].astype(np.float32)
+    wrist = arrays["left.obs_wrist_pose"][5].astype(np.float32)  # action step 0: the next frame
+    expected = express_in(head, wrist[None])[0]
+    assert np.allclose(actions[0, :3], expected[:3], atol=1e-4)
+    rotation = to_matrix(actions[0, 3:9], "rot6d")
+    assert np.allclose(rotation, to_matrix(expected[3:7], "quaternion"), atol=1e-4)
+    points = points_in_frame(wrist[None], arrays["left.obs_keypoints"][5].reshape(1, 2, 3))
+    assert np.allclose(actions[0, 9:15], points.reshape(-1), atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("actions", [["action", "1"]], r"actions: .*\[name, frame offset\]"),
+        ("state", [["observation.state", 1, 2]], r"state: .*\[name, frame offset\]"),
+        ("frame", 3, r"frame: the store key of a pose"),
+        ("rotation", "axis_angle", r"rotation: one of"),
+    ],
+)
+def test_a_malformed_entry_frame_or_rotation_is_named(field: str, value, message: str) -> None:
+    bad = _declaration("test/arm_d") | {field: value}
+    with pytest.raises(DeclarationError, match=message):
+        declare(bad, source="/data/ep.zarr")

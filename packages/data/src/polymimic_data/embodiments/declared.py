@@ -28,6 +28,7 @@ from polymimic_data.geometry.layouts import (
     layout_from_widths,
     register_layout,
 )
+from polymimic_data.geometry.rotations import ROTATION_WIDTHS
 
 DECLARATION = "embodiment_declaration"
 _FIELDS = ("name", "fps", "cameras", "state", "actions", "groups")
@@ -42,15 +43,44 @@ def _check(declaration: Mapping[str, Any]) -> None:
     if missing:
         raise DeclarationError(f"{DECLARATION} lacks {missing}; it needs {list(_FIELDS)}")
     for field in ("state", "actions"):
-        keys = declaration[field]
-        if not keys or not all(isinstance(k, str) and k for k in keys):
-            raise DeclarationError(f"{DECLARATION}.{field}: a list of store keys, got {keys!r}")
+        entries = declaration[field]
+        if not entries or not all(_entry(e) is not None for e in entries):
+            raise DeclarationError(
+                f"{DECLARATION}.{field}: a list of store keys, each a name or [name, frame "
+                f"offset], got {entries!r}"
+            )
+    frame = declaration.get("frame")
+    if frame is not None and not (isinstance(frame, str) and frame):
+        raise DeclarationError(
+            f"{DECLARATION}.frame: the store key of a pose (or camera:<name>), got {frame!r}"
+        )
+    rotation = declaration.get("rotation", "quaternion")
+    if rotation not in ROTATION_WIDTHS:
+        raise DeclarationError(
+            f"{DECLARATION}.rotation: one of {sorted(ROTATION_WIDTHS)}, got {rotation!r}"
+        )
     for group in declaration["groups"]:
         if group.get("kind") not in CHANNEL_KINDS or int(group.get("width", 0)) < 1:
             raise DeclarationError(
                 f"{DECLARATION}.groups: {group!r} needs a name, a kind of {CHANNEL_KINDS} "
                 "and a positive width"
             )
+
+
+def _entry(entry: Any) -> tuple[str, int] | None:
+    """A state or action entry as (store key, frame offset); None when malformed."""
+    if isinstance(entry, str) and entry:
+        return entry, 0
+    if (
+        isinstance(entry, (list, tuple))
+        and len(entry) == 2
+        and isinstance(entry[0], str)
+        and entry[0]
+        and isinstance(entry[1], int)
+        and not isinstance(entry[1], bool)
+    ):
+        return entry[0], entry[1]
+    return None
 
 
 def layout_name(declaration: Mapping[str, Any]) -> str:
@@ -61,22 +91,33 @@ def layout_name(declaration: Mapping[str, Any]) -> str:
 def embodiment_from_declaration(declaration: Mapping[str, Any]) -> Embodiment:
     """The Embodiment (one layout, `<name>_joints`) a declaration describes; registers nothing.
 
-    State and actions are the store keys read at the sample's own frame (a LeRobot
-    `action` row is the command given at that frame), laid end to end in the layout.
+    State and actions are store keys laid end to end in the layout, each read at the
+    sample's own frame (a LeRobot `action` row is the command given at that frame) or, for
+    an entry [key, offset], `offset` frames later (human data: the actions are the poses
+    observed next). With a `frame` (the store key of a pose, e.g. the head's), `*_pose`
+    entries are expressed in that pose at the sample's frame and `*_keypoints` in the pose
+    entry before them, in the `rotation` asked for (see LayoutRecipe).
     """
     _check(declaration)
     name = str(declaration["name"]).lower()
-    state = tuple((str(k), 0) for k in declaration["state"])
-    actions = tuple((str(k), 0) for k in declaration["actions"])
+    state = tuple(e for e in map(_entry, declaration["state"]) if e is not None)
+    actions = tuple(e for e in map(_entry, declaration["actions"]) if e is not None)
+    frame = declaration.get("frame")
+    frame_keys = (frame,) if frame and not frame.startswith("camera:") else ()
+    recipe = LayoutRecipe(
+        layout_name(declaration),
+        VectorRecipe(state),
+        VectorRecipe(actions),
+        rotation=str(declaration.get("rotation", "quaternion")),
+        frame=frame,
+    )
     return Embodiment(
         name=name,
         family=str(declaration.get("family", "robot")),
-        numeric_keys=tuple(dict.fromkeys(k for k, _ in state + actions)),
+        numeric_keys=tuple(dict.fromkeys([*(k for k, _ in state + actions), *frame_keys])),
         cameras=tuple(str(c) for c in declaration["cameras"]),
         fps=float(declaration["fps"]),
-        recipes=(
-            LayoutRecipe(layout_name(declaration), VectorRecipe(state), VectorRecipe(actions)),
-        ),
+        recipes=(recipe,),
         default_layout=layout_name(declaration),
     )
 
