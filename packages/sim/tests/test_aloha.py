@@ -106,8 +106,8 @@ def _gripper_tilt_degrees(torque_scale: float | None, monkeypatch: pytest.Monkey
     """How far the left gripper's orientation strays from its mocap target after 50 steps."""
     if torque_scale is not None:
         monkeypatch.setattr(aloha_tasks, "WELD_TORQUE_SCALE", torque_scale)
-    env = aloha_tasks._environment(
-        "transfer_cube", True, [aloha_tasks._object_poses("transfer_cube", 0)]
+    env = aloha_tasks.environment(
+        "transfer_cube", True, [aloha_tasks.object_poses("transfer_cube", 0)]
     )
     env.reset()
     physics = env.physics

@@ -318,6 +318,7 @@ def load_policy(
     *,
     max_parameters: int = DEFAULT_MAX_PARAMETERS,
     weights_dir: str | os.PathLike[str] | None = None,
+    prefer: str | None = None,
 ) -> TrainedPolicy:
     """A checkpoint of `train` or an export, rebuilt from what it carries alone.
 
@@ -328,12 +329,16 @@ def load_policy(
     `max_parameters` parameters and buffers (`sized_policy`; raise it for a real giant);
     the file's tensors exactly the policy's, shape for shape. Anything wrong with the file
     raises CheckpointError (a ValueError): one line naming the file, what is wrong and what
-    was expected. An embodiment it was not trained on raises ValueError.
+    was expected. An embodiment it was not trained on raises ValueError. Without an
+    `embodiment`, a policy trained on one acts as it, and one trained on several as
+    `prefer` (e.g. the simulated task's robot) when it holds it.
     """
     path = Path(path)
     opened = open_trained(path)
     record, source = opened.record, opened.source
     embodiments = sorted(record["embodiments"])
+    if embodiment is None and prefer in embodiments:
+        embodiment = prefer
     if embodiment is None:
         if len(embodiments) > 1:
             raise ValueError(f"{path}: trained on {embodiments}; choose one with embodiment=")

@@ -97,9 +97,17 @@ def _off(base: np.ndarray, dx: float, dy: float, dz: float) -> np.ndarray:
     return base + np.array([dx, dy, dz])
 
 
-def interpolate(waypoints: Sequence[Waypoint], steps: int) -> np.ndarray:
-    """(steps, 8) mocap commands (position, unit quaternion, gripper), linear in between."""
+def interpolate(
+    waypoints: Sequence[Waypoint],
+    steps: int,
+    warp: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> np.ndarray:
+    """(steps, 8) mocap commands (position, unit quaternion, gripper), linear in between.
+
+    `warp` maps the waypoints' ticks to the ticks they are reached at (a person's timing).
+    """
     times = np.array([w.t for w in waypoints], dtype=np.float64)
+    times = warp(times) if warp is not None else times
     values = np.stack([np.concatenate([w.xyz, w.quat, [w.gripper]]) for w in waypoints])
     ticks = np.arange(steps, dtype=np.float64)
     out = np.stack([np.interp(ticks, times, values[:, k]) for k in range(8)], axis=1)
@@ -180,7 +188,7 @@ SCRIPTS: dict[str, Script] = {
 # -- the tasks ---------------------------------------------------------------------------------
 
 
-def _object_poses(task: str, seed: int) -> np.ndarray:
+def object_poses(task: str, seed: int) -> np.ndarray:
     """The objects' poses (x, y, z, quaternion; the cube, or the peg then the socket)."""
     utils = _gym_aloha().utils
     if task == "transfer_cube":
@@ -188,7 +196,7 @@ def _object_poses(task: str, seed: int) -> np.ndarray:
     return np.concatenate(utils.sample_insertion_pose(seed)).astype(np.float64)
 
 
-def _environment(task: str, end_effector: bool, poses: list[np.ndarray]) -> Any:
+def environment(task: str, end_effector: bool, poses: list[np.ndarray]) -> Any:
     """A dm_control environment of `task` whose objects are `poses[0]` at every reset.
 
     Its observation is the joint state only: frames are rendered by the caller.
@@ -229,20 +237,34 @@ def _environment(task: str, end_effector: bool, poses: list[np.ndarray]) -> Any:
     )
 
 
+def mocap_plan(
+    task: str,
+    physics: Any,
+    objects: np.ndarray,
+    steps: int,
+    warp: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The scripted expert's mocap commands (steps, 8) per gripper, world frame, per tick.
+
+    From the grippers' poses in `physics` (an end-effector task just reset) and the objects'
+    poses; `warp` re-times the waypoints (see interpolate).
+    """
+    start_left = np.concatenate([physics.data.mocap_pos[0], physics.data.mocap_quat[0]])
+    start_right = np.concatenate([physics.data.mocap_pos[1], physics.data.mocap_quat[1]])
+    left_path, right_path = SCRIPTS[task](start_left, start_right, objects)
+    return interpolate(left_path, steps, warp), interpolate(right_path, steps, warp)
+
+
 def scripted_joint_trajectory(task: str, seed: int) -> tuple[np.ndarray, float]:
     """The joint targets (MAX_STEPS, 14) of the scripted episode from `seed`; its top reward.
 
     Row t holds the joint positions the end-effector episode reached at tick t, the grippers
     as commanded (their positions lag their commands).
     """
-    poses = [_object_poses(task, seed)]
-    env = _environment(task, True, poses)
+    poses = [object_poses(task, seed)]
+    env = environment(task, True, poses)
     env.reset()
-    physics = env.physics
-    start_left = np.concatenate([physics.data.mocap_pos[0], physics.data.mocap_quat[0]])
-    start_right = np.concatenate([physics.data.mocap_pos[1], physics.data.mocap_quat[1]])
-    left_path, right_path = SCRIPTS[task](start_left, start_right, poses[0])
-    left, right = interpolate(left_path, MAX_STEPS), interpolate(right_path, MAX_STEPS)
+    left, right = mocap_plan(task, env.physics, poses[0], MAX_STEPS)
     targets, best = np.empty((MAX_STEPS, 14)), 0.0
     for tick in range(MAX_STEPS):
         step = env.step(np.concatenate([left[tick], right[tick]]))
@@ -271,8 +293,8 @@ class AlohaTask:
             )
         gym_aloha = _gym_aloha()
         self.task, self.name, self.prompt = task, f"aloha/{task}", PROMPTS[task]
-        self._poses: list[np.ndarray] = [_object_poses(task, 0)]
-        self.env = _environment(task, False, self._poses)
+        self._poses: list[np.ndarray] = [object_poses(task, 0)]
+        self.env = environment(task, False, self._poses)
         model = self.env.physics.model.ptr
         self.cameras = list(cameras or DEFAULT_CAMERAS)
         self.renderer = camera_renderer(model, self.name, self.cameras, image_size, cheap_rendering)
@@ -312,7 +334,7 @@ class AlohaTask:
     def reset(self, seed: int) -> dict[str, Any]:
         """A new episode, its objects drawn from `seed`: the first observation."""
         self.seed, self.steps, self._plan = int(seed), 0, None
-        self._poses[0] = _object_poses(self.task, self.seed)
+        self._poses[0] = object_poses(self.task, self.seed)
         self._qpos = np.asarray(self.env.reset().observation["qpos"])
         return self._observation()
 

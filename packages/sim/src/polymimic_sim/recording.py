@@ -54,6 +54,18 @@ def _episode_path(dest: Path, task: SimTask, seed: int) -> Path:
     return dest / f"{task.name.replace('/', '_')}_seed{seed:06d}.zarr"
 
 
+def episode_arrays(task: SimTask, states: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
+    """The arrays an episode stores.
+
+    The task's own keys where it names them (its `episode_arrays`, e.g. eva-style pose
+    keys), else `observation.state` and `action`.
+    """
+    own = getattr(task, "episode_arrays", None)
+    if own is not None:
+        return own(states, actions)
+    return {"observation.state": states, "action": actions}
+
+
 def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 90) -> bool:
     """Run the expert from `seed`; write the episode to `path` if it succeeded."""
     observation = task.reset(seed)
@@ -87,7 +99,7 @@ def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 
         task_description=task.prompt,
         metadata=metadata,
     ) as writer:
-        writer.extend({"observation.state": np.stack(states), "action": np.stack(actions)}, frames)
+        writer.extend(episode_arrays(task, np.stack(states), np.stack(actions)), frames)
         writer.annotate(task.prompt, 0, len(states))
     return True
 

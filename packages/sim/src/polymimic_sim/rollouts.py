@@ -207,16 +207,21 @@ def evaluate_checkpoint(
 ) -> dict[str, Any]:
     """`evaluate_policy` of a checkpoint or export; `out/summary.json` and `out/videos/`.
 
+    A policy trained on several embodiments (a robot cotrained with hands) acts as the
+    task's (`task_embodiment`).
+
     An unknown task or suite, or a missing extra, fails before the policy loads.
     `weights_dir`: where a Pi policy's PaliGemma folder is, when not inside the
     checkpoint's (see load_policy).
     """
     from polymimic_data.store import write_json_atomic
     from polymimic_serve import load_policy
-    from polymimic_sim.tasks import suite_tasks
+    from polymimic_sim.tasks import suite_tasks, task_embodiment
 
-    suite_tasks(task_name)
-    trained = load_policy(checkpoint, device=device, weights_dir=weights_dir)
+    tasks = suite_tasks(task_name)
+    trained = load_policy(
+        checkpoint, device=device, weights_dir=weights_dir, prefer=task_embodiment(tasks[0])
+    )
     video_dir = Path(out) / "videos" if out is not None else None
     summary = evaluate_policy(trained, task_name, settings, video_dir=video_dir)
     summary["checkpoint"] = str(Path(checkpoint).resolve())

@@ -4,9 +4,11 @@ A task gives observations in the form polymimic-serve takes (`state` (S,), `imag
 {camera: uint8 HWC}, `prompt`), takes absolute actions in the units its episodes record,
 says when it has succeeded, and has a scripted expert for demonstrations. Names:
 `metaworld/<task>` (e.g. `metaworld/reach-v3`; the `metaworld` extra) and
-`aloha/transfer_cube`, `aloha/insertion` (the `aloha` extra). A suite names several tasks at
-once (`metaworld/mt10`, `metaworld/mt50`: MetaWorld's multi-task benchmarks); `suite_tasks`
-expands it, and `record` and the rollouts take either.
+`aloha/transfer_cube`, `aloha/insertion`, the same driven by end-effector poses
+(`aloha_ee/<task>`) and done by a person's hands (`hands/<task>`; all need the `aloha`
+extra). A suite names several tasks at once (`metaworld/mt10`, `metaworld/mt50`:
+MetaWorld's multi-task benchmarks); `suite_tasks` expands it, and `record` and the rollouts
+take either.
 """
 
 from __future__ import annotations
@@ -24,10 +26,16 @@ def metaworld_tasks() -> list[str]:
 
 
 def aloha_tasks() -> list[str]:
-    """The ALOHA task names (their expert needs the `aloha` extra; the names do not)."""
+    """ALOHA's tasks: joint- and end-effector-driven, and a person's hands doing them.
+
+    Their experts need the `aloha` extra; the names do not.
+    """
     from polymimic_sim.aloha_tasks import task_names
 
-    return [f"aloha/{name}" for name in task_names()]
+    return [f"{family}/{name}" for family in ALOHA_FAMILIES for name in task_names()]
+
+
+ALOHA_FAMILIES = ("aloha", "aloha_ee", "hands")
 
 
 SUITES = {"metaworld/mt10": "MT10_V3", "metaworld/mt50": "MT50_V3"}
@@ -40,6 +48,22 @@ def suite_tasks(name: str) -> list[str]:
     from polymimic_sim.metaworld_tasks import benchmark_tasks
 
     return [f"metaworld/{task}" for task in benchmark_tasks(SUITES[name])]
+
+
+EMBODIMENTS = {
+    "aloha": "sim/aloha",
+    "aloha_ee": "sim/aloha_ee",
+    "hands": "sim/hands",
+    "metaworld": "sim/metaworld_sawyer",
+}
+
+
+def task_embodiment(name: str) -> str:
+    """The embodiment a task's episodes declare (`sim/aloha_ee` for `aloha_ee/transfer_cube`)."""
+    family = name.partition("/")[0]
+    if family not in EMBODIMENTS:
+        raise UnknownTaskError(f"task {name!r}: not one of this package's simulators")
+    return EMBODIMENTS[family]
 
 
 def make_task(
@@ -72,9 +96,22 @@ def make_task(
         return AlohaTask(
             task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering
         )
+    if family == "aloha_ee" and task:
+        from polymimic_sim.aloha_ee_tasks import AlohaEndEffectorTask
+
+        return AlohaEndEffectorTask(
+            task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering
+        )
+    if family == "hands" and task:
+        from polymimic_sim.hands_tasks import HandsTask
+
+        return HandsTask(
+            task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering
+        )
     raise UnknownTaskError(
         f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
-        "(e.g. metaworld/reach-v3) or aloha/<task> (transfer_cube, insertion)"
+        "(e.g. metaworld/reach-v3), or aloha/<task>, aloha_ee/<task> or hands/<task> "
+        "(transfer_cube, insertion)"
     )
 
 

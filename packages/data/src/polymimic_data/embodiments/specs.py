@@ -49,11 +49,14 @@ def action_rates(data: Mapping[str, Any]) -> dict[str, float]:
     """Per dataset of a data config, the action steps per second of its chunks.
 
     The rate to execute them at: the episodes' frame rate over the frames one action
-    step spans (`action_window` frames over `horizon` steps, else `action_stride`).
+    step spans (`action_window` frames over `horizon` steps, else `action_stride`). A
+    dataset's own `action_window` overrides the data config's (a 30 Hz person and a 50 Hz
+    robot whose chunks span the same seconds).
     """
-    window = data.get("action_window")
-    frames_per_step = float(window) / int(data["horizon"]) if window else int(data["action_stride"])
-    return {
-        name: get_embodiment(str(spec["embodiment"])).fps / frames_per_step
-        for name, spec in data["datasets"].items()
-    }
+    rates = {}
+    for name, spec in data["datasets"].items():
+        window = spec.get("action_window", data.get("action_window"))
+        horizon = int(data["horizon"])
+        frames_per_step = float(window) / horizon if window else int(data["action_stride"])
+        rates[name] = get_embodiment(str(spec["embodiment"])).fps / frames_per_step
+    return rates

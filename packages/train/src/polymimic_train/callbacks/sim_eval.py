@@ -31,7 +31,8 @@ class SimEval(pl.Callback):
 
     `rollouts`: polymimic-sim's RolloutSettings, as flat options (`episodes`, `seed`,
     `executor`, `n_action_steps`, `max_steps`, `workers`, ...); what is not given is the
-    settings' default. `embodiment`: the one that acts, when the run trains several.
+    settings' default. `embodiment`: the one that acts, when the run trains several
+    (default: the task's, e.g. sim/aloha_ee of a robot cotrained with sim/hands).
     """
 
     def __init__(
@@ -84,13 +85,16 @@ class SimEval(pl.Callback):
     def _roll_out(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         from polymimic_data.store import write_json_atomic
         from polymimic_serve import TrainedPolicy
-        from polymimic_sim import describe, evaluate_policy
+        from polymimic_sim import describe, evaluate_policy, suite_tasks, task_embodiment
 
         if not isinstance(pl_module, PolicyModule):
             raise TypeError(f"callbacks.sim_eval: a PolicyModule, got {type(pl_module).__name__}")
         record = pl_module.record
         embodiments = sorted(record.get("embodiments", {}))
-        embodiment = self.embodiment or (embodiments[0] if len(embodiments) == 1 else None)
+        acting = task_embodiment(suite_tasks(self.task_name)[0])
+        embodiment = self.embodiment or (
+            embodiments[0] if len(embodiments) == 1 else acting if acting in embodiments else None
+        )
         if embodiment is None:
             raise ValueError(
                 f"callbacks.sim_eval.embodiment: the run trains {embodiments}; name the one "

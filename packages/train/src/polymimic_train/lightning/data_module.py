@@ -67,7 +67,7 @@ class EmbodimentDataModule(pl.LightningDataModule):
             "history": int(self.cfg["history"]),
             "horizon": int(self.cfg["horizon"]),
             "action_stride": int(self.cfg.get("action_stride", 1)),
-            "action_window": self.cfg.get("action_window"),
+            "action_window": spec.get("action_window", self.cfg.get("action_window")),
             "max_bad_fraction_per_episode": float(
                 self.cfg.get("faults", {}).get("max_bad_fraction_per_episode", 0.2)
             ),

@@ -1,0 +1,199 @@
+"""ALOHA driven by end-effector poses, the way eva is: `aloha_ee/<task>`.
+
+The same bimanual ViperX tasks as `aloha/<task>` (objects drawn from the seed the same way,
+success the same top reward), run in their end-effector variant: each gripper follows a
+mocap target (gym-aloha's `sim_end_effector` tasks, with aloha_tasks' weld fix). Poses are
+in the `top` camera's frame (+x right, +y down, +z forward), rotations as rot6d, so the policy
+sees the arms as eva's layouts give them and no quaternion sign flip reaches a regression
+target (this camera looks straight down: a level gripper sits at w = 0).
+
+- state (20): per arm (left, then right) the gripper's position (3) and rotation (rot6d, 6)
+  in the camera frame, and its opening (1; 0 closed .. 1 open);
+- actions (20): per arm the target pose in the same form, and the commanded opening.
+
+Episodes store them as eva does (`left.obs_ee_pose`, `left.cmd_ee_pose`: xyz + quaternion;
+`left.obs_gripper`, `left.cmd_gripper`) and declare the rot6d conversion, so the loader gives
+exactly the vectors the task takes. The scripted expert is the joint task's: its waypoints,
+run here directly rather than replayed through joints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from polymimic_data.geometry import convert
+from polymimic_sim.aloha_tasks import (
+    MAX_STEPS,
+    PROMPTS,
+    environment,
+    mocap_plan,
+    object_poses,
+    task_names,
+)
+from polymimic_sim.camera_frames import camera_pose, camera_to_world, world_to_camera
+from polymimic_sim.rendering import camera_renderer, render_cameras
+from polymimic_sim.task_types import Step, UnknownTaskError, observation_of
+
+EMBODIMENT = "sim/aloha_ee"
+DEFAULT_CAMERAS = ("top",)
+FRAME_CAMERA = "top"  # the camera whose frame the poses are in
+SIDES = ("left", "right")
+ARM_WIDTH = 10  # position 3, rot6d 6, gripper 1
+
+
+def hide_mocap_sites(model: Any) -> None:
+    """Make the mocap targets' marker sites invisible: a policy must not see its own command."""
+    model.site_rgba[:, 3] = 0.0
+
+
+def arm_vector(poses: np.ndarray, grippers: np.ndarray) -> np.ndarray:
+    """(2, 7) poses and (2,) openings -> the (20,) vector: per arm xyz, rot6d, opening."""
+    rot6d = convert(poses[:, 3:7], "quaternion", "rot6d")
+    return np.concatenate(
+        [np.concatenate([poses[i, :3], rot6d[i], grippers[i : i + 1]]) for i in range(2)]
+    ).astype(np.float32)
+
+
+def split_arm_vector(vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The inverse of arm_vector: (2, 7) poses (unit quaternions) and (2,) openings."""
+    arms = np.asarray(vector, np.float64).reshape(2, ARM_WIDTH)
+    quats = convert(arms[:, 3:9], "rot6d", "quaternion")
+    return np.concatenate([arms[:, :3], quats], axis=1), arms[:, 9].copy()
+
+
+def episode_arrays(prefix: str, vectors: np.ndarray) -> dict[str, np.ndarray]:
+    """(T, 20) vectors as eva-style keys: `<side>.<prefix>_ee_pose` (7) and `_gripper` (1)."""
+    arms = np.asarray(vectors, np.float64).reshape(len(vectors), 2, ARM_WIDTH)
+    quats = convert(arms[..., 3:9], "rot6d", "quaternion")
+    arrays = {}
+    for i, side in enumerate(SIDES):
+        pose = np.concatenate([arms[:, i, :3], quats[:, i]], axis=1)
+        arrays[f"{side}.{prefix}_ee_pose"] = pose.astype(np.float32)
+        arrays[f"{side}.{prefix}_gripper"] = arms[:, i, 9:10].astype(np.float32)
+    return arrays
+
+
+class AlohaEndEffectorTask:
+    """One ALOHA task driven by end-effector targets (see the module docstring)."""
+
+    embodiment = EMBODIMENT
+
+    def __init__(
+        self,
+        task: str,
+        *,
+        image_size: Sequence[int] = (96, 128),
+        cameras: Sequence[str] | None = None,
+        cheap_rendering: bool = True,
+    ) -> None:
+        if task not in PROMPTS:
+            raise UnknownTaskError(
+                f"task aloha_ee/{task}: gym-aloha has no such task; choose one of {task_names()}"
+            )
+        self.task, self.name, self.prompt = task, f"aloha_ee/{task}", PROMPTS[task]
+        self._poses: list[np.ndarray] = [object_poses(task, 0)]
+        self.env = environment(task, True, self._poses)
+        model = self.env.physics.model.ptr
+        hide_mocap_sites(model)
+        self.cameras = list(cameras or DEFAULT_CAMERAS)
+        self.renderer = camera_renderer(model, self.name, self.cameras, image_size, cheap_rendering)
+        self.fps = 50.0
+        self.max_steps = MAX_STEPS
+        self.seed: int | None = None
+        self.steps = 0
+        self._camera = np.zeros(7)
+        self._plan: tuple[np.ndarray, np.ndarray] | None = None
+
+    def declaration(self) -> dict[str, Any]:
+        """Its episodes' embodiment: eva's keys, poses in the top camera's frame, rot6d."""
+        groups = [
+            {"name": f"{side}_{part}", "kind": kind, "width": width}
+            for side in SIDES
+            for part, kind, width in (("position", "position", 3), ("rotation", "rot6d", 6),
+                                      ("gripper", "gripper", 1))
+        ]  # fmt: skip
+        return {
+            "name": EMBODIMENT,
+            "family": "robot",
+            "fps": self.fps,
+            "cameras": list(self.cameras),
+            "state": [f"{s}.obs_{k}" for s in SIDES for k in ("ee_pose", "gripper")],
+            "actions": [f"{s}.cmd_{k}" for s in SIDES for k in ("ee_pose", "gripper")],
+            "rotation": "rot6d",
+            "groups": groups,
+        }
+
+    def episode_arrays(self, states: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
+        """What an episode stores: the vectors as eva-style pose and gripper keys."""
+        return episode_arrays("obs", states) | episode_arrays("cmd", actions)
+
+    def render(self) -> dict[str, np.ndarray]:
+        """The cameras' frames of the current state."""
+        return render_cameras(self.renderer, self.env.physics.data.ptr, self.cameras)
+
+    def gripper_poses(self) -> np.ndarray:
+        """(2, 7) world poses of the two grippers (the bodies the mocap targets hold)."""
+        data = self.env.physics.data.ptr
+        return np.stack(
+            [
+                np.concatenate([data.body(f"vx300s_{s}/gripper_link").xpos,
+                                data.body(f"vx300s_{s}/gripper_link").xquat])
+                for s in SIDES
+            ]
+        )  # fmt: skip
+
+    def _observation(self) -> dict[str, Any]:
+        qpos = np.asarray(self.env.task.get_qpos(self.env.physics))
+        poses = world_to_camera(self._camera, self.gripper_poses())
+        state = arm_vector(poses, np.array([qpos[6], qpos[13]]))
+        return observation_of(state, self.render(), self.prompt)
+
+    def reset(self, seed: int) -> dict[str, Any]:
+        """A new episode, its objects drawn from `seed`: the first observation."""
+        self.seed, self.steps, self._plan = int(seed), 0, None
+        self._poses[0] = object_poses(self.task, self.seed)
+        self.env.reset()
+        model, data = self.env.physics.model.ptr, self.env.physics.data.ptr
+        self._camera = camera_pose(data, model.camera(FRAME_CAMERA).id)
+        return self._observation()
+
+    def to_world(self, action: np.ndarray) -> np.ndarray:
+        """A (20,) camera-frame action as the end-effector task's (16,) world command."""
+        poses, grippers = split_arm_vector(action)
+        world = camera_to_world(self._camera, poses)
+        return np.concatenate([world[0], grippers[:1], world[1], grippers[1:]])
+
+    def to_action(self, command: np.ndarray) -> np.ndarray:
+        """A (16,) world command (the expert's) as the task's (20,) camera-frame action."""
+        command = np.asarray(command, np.float64).reshape(2, 8)
+        poses = world_to_camera(self._camera, command[:, :7])
+        return arm_vector(poses, command[:, 7])
+
+    def step(self, action: np.ndarray) -> Step:
+        """Move each gripper's target to the action's pose and set its opening."""
+        assert self.seed is not None, "reset the task first"
+        target = np.asarray(action, dtype=np.float64)
+        if target.shape != (2 * ARM_WIDTH,) or not np.isfinite(target).all():
+            raise ValueError(f"{self.name}: an action is (20,) finite, got {target.shape}")
+        step = self.env.step(self.to_world(target))
+        self.steps += 1
+        reward = float(step.reward or 0.0)
+        success = reward >= self.env.task.max_reward
+        return Step(self._observation(), reward, success, self.steps >= self.max_steps)
+
+    def expert_action(self) -> np.ndarray:
+        """The scripted expert's target for this tick, in the task's action form."""
+        assert self.seed is not None, "reset the task first"
+        if self._plan is None:  # planned from the grippers' start poses of this episode
+            self._plan = mocap_plan(self.task, self.env.physics, self._poses[0], MAX_STEPS)
+        tick = min(self.steps, MAX_STEPS - 1)
+        left, right = self._plan
+        return self.to_action(np.concatenate([left[tick], right[tick]]))
+
+    def close(self) -> None:
+        """Release the renderer and the simulator."""
+        self.renderer.close()
+        self.env.close()

@@ -1,0 +1,175 @@
+"""The human-to-robot pair: ALOHA driven by end-effector poses, and a person's hands doing
+the same task, each recorded as episodes the loader reads in its declared layout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
+from polymimic_data.geometry import express_in
+from polymimic_sim import make_task, record, task_embodiment
+
+SIZE = (48, 64)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One episode of each: the robot (aloha_ee) and the hands, from seed 0."""
+    root = tmp_path_factory.mktemp("h2r")
+    out = {}
+    for family in ("aloha_ee", "hands"):
+        report = record(f"{family}/transfer_cube", root / family, episodes=1, image_size=SIZE,
+                        progress=False)  # fmt: skip
+        assert report.success_rate == 1.0, family  # the expert does the task either way
+        out[family] = root / family
+    return out
+
+
+def _validate(folder: Path) -> None:
+    script = Path(sys.executable).with_name("polymimic-data")
+    result = subprocess.run([str(script), "validate", str(folder)], capture_output=True, text=True)
+    assert result.returncode == 0 and "ok: 1 episodes" in result.stdout, (
+        result.stdout + result.stderr
+    )
+
+
+def test_the_robot_episode_holds_eva_keys_and_loads_as_the_task_speaks(recorded) -> None:
+    _validate(recorded["aloha_ee"])
+    (episode,) = resolve_episodes(recorded["aloha_ee"])
+    assert episode.embodiment == "sim/aloha_ee" == task_embodiment("aloha_ee/transfer_cube")
+    reader = EpisodeReader(episode.path)
+    keys = set(reader.keys())
+    assert {"left.obs_ee_pose", "right.cmd_ee_pose", "left.cmd_gripper", "images.top"} <= keys
+    assert reader.attrs["fps"] == 50.0
+    dataset = EpisodeDataset([episode], embodiment="sim/aloha_ee", cameras=("top",), history=1,
+                             horizon=4, image_size=SIZE)  # fmt: skip
+    sample = dataset[0]
+    task = make_task("aloha_ee/transfer_cube", image_size=SIZE)
+    try:
+        first = task.reset(0)
+        expert = task.expert_action()
+    finally:
+        task.close()
+    # the loader converts the stored quaternions to the rot6d vectors the task takes
+    assert np.allclose(np.asarray(sample["state"])[0], first["state"], atol=1e-5)
+    assert np.allclose(np.asarray(sample["actions"])[0], expert, atol=1e-5)
+
+
+def test_an_action_goes_to_the_world_and_back() -> None:
+    task = make_task("aloha_ee/transfer_cube", image_size=SIZE)
+    try:
+        task.reset(3)
+        action = task.expert_action()
+        assert action.shape == (20,)
+        world = task.to_world(action)  # type: ignore[attr-defined]
+        assert np.allclose(task.to_action(world), action, atol=1e-6)  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match=r"\(20,\) finite"):
+            task.step(np.full(20, np.nan))
+    finally:
+        task.close()
+
+
+def test_the_hands_episode_holds_what_human_data_holds(recorded) -> None:
+    _validate(recorded["hands"])
+    (episode,) = resolve_episodes(recorded["hands"])
+    assert episode.embodiment == "sim/hands"
+    reader = EpisodeReader(episode.path)
+    keys = set(reader.keys())
+    assert keys == {
+        "left.obs_wrist_pose", "left.obs_keypoints", "right.obs_wrist_pose",
+        "right.obs_keypoints", "obs_head_pose", "images.front_1", "annotations",
+    }  # fmt: skip
+    assert not any("joint" in k or "gripper" in k or "cmd" in k or "action" in k for k in keys)
+    assert reader.attrs["fps"] == 30.0
+    heads = np.asarray(reader.read_numeric("obs_head_pose"))
+    assert np.ptp(heads[:, :3], axis=0).max() > 0.002  # the head moves
+    wrist = np.asarray(reader.read_numeric("left.obs_wrist_pose"))
+    right = np.asarray(reader.read_numeric("right.obs_wrist_pose"))
+    seen = (wrist[:, 0] < 1e8) & (right[:, 0] < 1e8)  # a sample that sees a sentinel is replaced
+    assert seen.mean() > 0.8  # mostly in view; a hand out of view is the sentinel
+    # actions are the next frame's wrist pose, in the head's frame at the sample's frame
+    dataset = EpisodeDataset([episode], embodiment="sim/hands", cameras=("front_1",), history=1,
+                             horizon=2, image_size=SIZE)  # fmt: skip
+    index = next(
+        i
+        for i in range(len(dataset))
+        if seen[dataset.locate(i)[1] : dataset.locate(i)[1] + 3].all()
+    )
+    frame = dataset.locate(index)[1]
+    sample = dataset[index]
+    expected = express_in(heads[frame], wrist[frame + 1][None])[0]
+    assert np.asarray(sample["actions"]).shape == (2, 36)
+    assert np.allclose(np.asarray(sample["actions"])[0, :3], expected[:3], atol=1e-4)
+
+
+def test_the_hands_camera_is_not_the_robots_and_the_arms_are_not_drawn() -> None:
+    from polymimic_sim.camera_frames import project
+
+    robot = make_task("aloha_ee/transfer_cube", image_size=SIZE)
+    hands = make_task("hands/transfer_cube", image_size=SIZE)
+    try:
+        assert hands.cameras == ["front_1"] and "top" not in hands.cameras
+        robot.reset(0)
+        hands.reset(0)
+        # the same state drawn both ways, from the hands' camera
+        pose = hands._head_pose  # type: ignore[attr-defined]
+        from polymimic_sim.camera_frames import place_camera
+
+        model, data = robot.env.physics.model.ptr, robot.env.physics.data.ptr  # type: ignore[attr-defined]
+        camera = model.camera("angle").id
+        place_camera(model, data, camera, pose)
+        robot.renderer.update_scene(data, camera="angle")  # type: ignore[attr-defined]
+        drawn_robot = robot.renderer.render().copy()  # type: ignore[attr-defined]
+        drawn_hands = hands.render()["front_1"]
+        parts = ("upper_forearm_link", "lower_forearm_link", "wrist_link")
+        links = [f"vx300s_{side}/{part}" for side in ("left", "right") for part in parts]
+        points = np.stack([data.body(link).xpos for link in links] + [[0.0, 0.6, 0.0]])
+        pixels, inside = project(pose, model.cam_fovy[camera], SIZE, points)
+        assert inside[:-1].sum() >= 2 and inside[-1], dict(zip(links, inside, strict=False))
+
+        def differ(u: float, v: float) -> int:
+            a, b = drawn_robot[int(v), int(u)], drawn_hands[int(v), int(u)]
+            return int(np.abs(a.astype(int) - b.astype(int)).sum())
+
+        arms = [differ(*pixels[i]) for i in np.flatnonzero(inside[:-1])]
+        assert all(d > 30 for d in arms), arms  # an arm link drawn by the robot, not the hands
+        assert differ(*pixels[-1]) < 10  # the table's middle: drawn alike
+    finally:
+        robot.close()
+        hands.close()
+
+
+def test_a_persons_timing_differs_per_episode() -> None:
+    task = make_task("hands/transfer_cube", image_size=SIZE)
+    try:
+        lengths = []
+        for seed in (0, 1):
+            task.reset(seed)
+            task.expert_action()
+            left, _ = task._plan  # type: ignore[attr-defined]
+            lengths.append(len(left))
+        assert lengths[0] != lengths[1]
+        assert all(400 * 0.8 <= n <= 400 * 1.2 + 1 for n in lengths), lengths
+    finally:
+        task.close()
+
+
+def test_a_hand_out_of_view_is_not_detected() -> None:
+    from polymimic_sim.hands_tasks import NOT_DETECTED
+
+    task = make_task("hands/transfer_cube", image_size=SIZE)
+    try:
+        task.reset(0)
+        wrists, keypoints = task.hands()  # type: ignore[attr-defined]
+        seen = task._tracked(wrists[0], keypoints[0])  # type: ignore[attr-defined]
+        assert np.abs(seen[:3] - wrists[0, :3]).max() < 0.05  # noisy, near the truth
+        behind = wrists[0].copy()
+        behind[1] = -1.0  # behind the person's head
+        assert (task._tracked(behind, keypoints[0]) == NOT_DETECTED).all()  # type: ignore[attr-defined]
+    finally:
+        task.close()
