@@ -188,6 +188,15 @@ def bench_sim(session: nox.Session) -> None:
     session.run("python", "benchmarks/sim.py", *session.posargs)
 
 
+@nox.session(name="bench-h2r")
+def bench_h2r(session: nox.Session) -> None:
+    """Human-to-robot transfer in closed loop: the robot's success from N of its own
+    demonstrations, alone and cotrained with a person's (not in CI: each cell trains for
+    minutes to an hour; `-- --robot-demos 10 --steps 500` for a short one)."""
+    sync(session, "--all-packages", "--all-extras")
+    session.run("python", "benchmarks/h2r.py", *session.posargs)
+
+
 def _project(package: str) -> dict:
     return tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
 

@@ -6,10 +6,12 @@ along their -z with +y up. A pose here is xyz + quaternion (w, x, y, z), as in e
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from polymimic_data.geometry import (
     express_in,
@@ -23,7 +25,7 @@ from polymimic_data.geometry import (
 _FLIP = np.diag([1.0, -1.0, -1.0])
 
 
-def look_at(eye: Sequence[float], target: Sequence[float]) -> np.ndarray:
+def look_at(eye: ArrayLike, target: ArrayLike) -> np.ndarray:
     """The rotation (3, 3) of a camera at `eye` looking at `target`, level (world +z is up)."""
     forward = np.asarray(target, np.float64) - np.asarray(eye, np.float64)
     forward /= np.linalg.norm(forward)
@@ -43,7 +45,7 @@ def camera_pose(data: Any, camera_id: int) -> np.ndarray:
 
 def place_camera(model: Any, data: Any, camera_id: int, pose: np.ndarray) -> None:
     """Put a camera fixed to the world at `pose` (project axes) for the next render."""
-    import mujoco
+    mujoco: Any = importlib.import_module("mujoco")  # (its stubs lack mj_camlight)
 
     model.cam_mode[camera_id] = mujoco.mjtCamLight.mjCAMLIGHT_FIXED
     model.cam_pos[camera_id] = pose[:3]

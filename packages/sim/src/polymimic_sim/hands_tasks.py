@@ -67,14 +67,12 @@ STATE_WIDTH = 2 * (7 + 9) + 7  # per hand wrist pose and keypoints, then the hea
 
 def hand_geoms(model: Any) -> tuple[list[int], list[int]]:
     """Geom ids of the arms (hidden) and of the grippers (the hands): each ViperX's bodies."""
-    import mujoco
-
     arms, hands = [], []
     for geom in range(model.ngeom):
         body = model.body(model.geom_bodyid[geom]).name
         if not body.startswith("vx300s_"):
             continue
-        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, geom) or ""
+        name = model.geom(geom).name
         is_hand = body.endswith(("gripper_link", "finger_link")) and "bar" not in name
         (hands if is_hand else arms).append(geom)
     return arms, hands

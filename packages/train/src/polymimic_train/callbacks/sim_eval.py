@@ -91,7 +91,7 @@ class SimEval(pl.Callback):
             raise TypeError(f"callbacks.sim_eval: a PolicyModule, got {type(pl_module).__name__}")
         record = pl_module.record
         embodiments = sorted(record.get("embodiments", {}))
-        acting = task_embodiment(suite_tasks(self.task_name)[0])
+        acting = task_embodiment(suite_tasks(str(self.task_name))[0])
         embodiment = self.embodiment or (
             embodiments[0] if len(embodiments) == 1 else acting if acting in embodiments else None
         )

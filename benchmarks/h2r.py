@@ -1,0 +1,187 @@
+"""Human-to-robot transfer in simulation: does adding a person's demonstrations make the
+robot succeed more often, at fewer robot demonstrations? (issue 29; DESIGN.md, "the closed loop")
+
+    python benchmarks/h2r.py [--robot-demos 5,10,25,50] [--hands-demos 500] [--arms robot,cotrain]
+                             [--steps 3000] [--eval-episodes 100] [--workdir DIR]
+
+Records `max(--robot-demos)` end-effector-driven robot demonstrations (`aloha_ee/<task>`,
+seeds 0 on) and `--hands-demos` of a person's hands (`hands/<task>`, seeds 100000 on, so
+no hands episode shares its objects' placement with a robot one), then for each N in
+`--robot-demos` and each arm trains a policy and evaluates it on the robot in closed loop
+over `--eval-episodes` held-out seeds (1000 on):
+
+- `robot`: the first N robot demonstrations alone (data=sim_aloha_ee_transfer_cube);
+- `cotrain`: the same N with every hands demonstration (data=sim_cotrain_transfer_cube),
+  one image stem shared by the robot's top camera and the person's egocentric one;
+- `shuffled` (a control): as cotrain, but each hands episode's motions come from another
+  hands episode (same images, wrong motions); a gain that survives this is not transfer.
+
+Each cell prints one JSON line: its success rate with the 95% Wilson interval, the seeds,
+the demonstrations, the training steps and the wall times of training and evaluation, and
+the command lines that made it. Recordings and runs stay under `--workdir` (reused: a rerun
+records nothing twice). Run cells one at a time on a small CPU (two heavy jobs on 2 cores
+each go about 5x slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
+
+from polymimic_data import EpisodeReader, resolve_episodes
+from polymimic_data.store import EpisodeWriter
+from polymimic_sim import record
+
+emit = figure_printer("h2r")
+HANDS_SEED = 100_000  # the hands' seeds: apart from the robot's (0 on) and the evaluation's
+EVAL_SEED = 1000
+NUMERIC = ("left.obs_wrist_pose", "left.obs_keypoints", "right.obs_wrist_pose",
+           "right.obs_keypoints", "obs_head_pose")  # fmt: skip
+
+
+def robot_subset(all_demos: Path, n: int, dest: Path) -> Path:
+    """A folder holding copies of the first `n` robot episodes (by seed)."""
+    if dest.is_dir() and len(list(dest.glob("*.zarr"))) == n:
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for episode in sorted(all_demos.glob("*.zarr"))[:n]:
+        shutil.copytree(episode, dest / episode.name)
+    return dest
+
+
+def shuffled_hands(hands: Path, dest: Path, seed: int = 0) -> Path:
+    """Each hands episode's images with another's motions (a derangement), cut to fit."""
+    if dest.is_dir() and any(dest.glob("*.zarr")):
+        return dest
+    episodes = sorted(resolve_episodes(hands), key=lambda e: e.path.name)
+    order = np.random.default_rng(seed).permutation(len(episodes))
+    order = np.roll(order, 1)[np.argsort(order)]  # nobody keeps their own motions
+    dest.mkdir(parents=True, exist_ok=True)
+    for episode, other in zip(episodes, (episodes[i] for i in order), strict=True):
+        mine, theirs = EpisodeReader(episode.path), EpisodeReader(other.path)
+        frames = min(mine.attrs["total_frames"], theirs.attrs["total_frames"])
+        arrays = {k: np.asarray(theirs.read_numeric(k))[:frames] for k in NUMERIC}
+        jpegs = {"front_1": [mine.read_jpeg("front_1", f) for f in range(frames)]}
+        attrs = mine.attrs
+        metadata = {k: attrs[k] for k in ("embodiment_declaration", "seed", "sim_task")}
+        metadata |= {"motions_of": other.path.name}
+        writer = EpisodeWriter(
+            dest / episode.path.name,
+            embodiment=attrs["embodiment"],
+            fps=attrs["fps"],
+            task_name=attrs["task_name"],
+            task_description=attrs["task_description"],
+            metadata=metadata,
+        )
+        with writer:
+            writer.extend(arrays, jpegs)
+            writer.annotate(attrs["task_name"], 0, frames)
+    return dest
+
+
+def _run(args: list[str], log: Path) -> float:
+    """Seconds `args` took; its output in `log`; exits with it when it fails."""
+    start = time.perf_counter()
+    with log.open("w") as out:
+        result = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed; see {log}")
+    return time.perf_counter() - start
+
+
+def train_and_evaluate(cell: str, roots: list[Path], data: str, work: Path,
+                       opts: argparse.Namespace, extra: list[str]) -> dict[str, Any]:  # fmt: skip
+    """One cell: a training run, then closed-loop rollouts of its last checkpoint."""
+    runs = work / "runs" / cell
+    train = [
+        sys.executable, "-m", "polymimic_train", f"name={cell}", f"data={data}",
+        f"data.roots=[{','.join(map(str, roots))}]", f"trainer.max_steps={opts.steps}",
+        "trainer.enable_progress_bar=false", f"hydra.run.dir={runs}", *extra, *opts.train_args,
+    ]  # fmt: skip
+    checkpoint = runs / "checkpoints" / "last.ckpt"
+    train_s = 0.0 if checkpoint.exists() else _run(train, work / f"{cell}.train.log")
+    out = work / "eval" / cell
+    evaluate = [
+        str(Path(sys.executable).with_name("polymimic-sim")), "evaluate", str(checkpoint),
+        opts.task, "--episodes", str(opts.eval_episodes), "--seed", str(EVAL_SEED),
+        "--workers", str(opts.workers), "--videos", "2", "--out", str(out),
+    ]  # fmt: skip
+    eval_s = _run(evaluate, work / f"{cell}.eval.log")
+    summary = json.loads((out / "summary.json").read_text())
+    return {
+        "successes": summary["successes"],
+        "episodes": summary["episodes"],
+        "wilson95": summary["success_rate_wilson95"],
+        "seeds": [EVAL_SEED, EVAL_SEED + summary["episodes"] - 1],
+        "train_s": round(train_s, 1),
+        "eval_s": round(eval_s, 1),
+        "train_command": " ".join(train),
+        "eval_command": " ".join(evaluate),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--task", default="aloha_ee/transfer_cube")
+    parser.add_argument("--robot-demos", default="5,10,25,50")
+    parser.add_argument("--hands-demos", type=int, default=500)
+    parser.add_argument("--arms", default="robot,cotrain")
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, default=Path("h2r-work"))
+    more = "more overrides for every training run, e.g. model.d_model=64"
+    parser.add_argument("--train-args", nargs="*", default=[], help=more)
+    opts = parser.parse_args()
+    counts = sorted({int(n) for n in opts.robot_demos.split(",")})
+    arms = opts.arms.split(",")
+    unknown = set(arms) - {"robot", "cotrain", "shuffled"}
+    if unknown:
+        parser.error(f"--arms: {sorted(unknown)} are not arms; choose robot, cotrain, shuffled")
+    work = opts.workdir.resolve()
+    family, _, name = opts.task.partition("/")
+    if family != "aloha_ee":
+        parser.error(
+            f"--task: an aloha_ee/<task> (the robot the hands transfer to), got {opts.task}"
+        )
+
+    start = time.perf_counter()
+    report = record(opts.task, work / "robot", episodes=max(counts))
+    emit("robot_record_s", time.perf_counter() - start, "s", episodes=max(counts),
+         expert_success=report.success_rate)  # fmt: skip
+    hands = work / "hands"
+    if {"cotrain", "shuffled"} & set(arms):
+        start = time.perf_counter()
+        report = record(f"hands/{name}", hands, episodes=opts.hands_demos, seed=HANDS_SEED)
+        emit("hands_record_s", time.perf_counter() - start, "s", episodes=opts.hands_demos,
+             expert_success=report.success_rate)  # fmt: skip
+    shared = ["+model.shared_stems.top=image", "+model.shared_stems.front_1=image"]
+    for n in counts:
+        robot = robot_subset(work / "robot", n, work / f"robot_{n}")
+        cells = {
+            "robot": ([robot], "sim_aloha_ee_transfer_cube", []),
+            "cotrain": ([robot, hands], "sim_cotrain_transfer_cube", shared),
+            "shuffled": ([robot, shuffled_hands(hands, work / "hands_shuffled")]
+                         if "shuffled" in arms else [], "sim_cotrain_transfer_cube", shared),
+        }  # fmt: skip
+        for arm in arms:
+            roots, data, extra = cells[arm]
+            cell = f"{arm}_n{n}"
+            result = train_and_evaluate(cell, roots, data, work, opts, extra)
+            emit("success_rate", result["successes"] / result["episodes"], "fraction", cell=cell,
+                 arm=arm, robot_demos=n, hands_demos=0 if arm == "robot" else opts.hands_demos,
+                 steps=opts.steps, **result)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
