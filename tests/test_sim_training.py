@@ -58,3 +58,42 @@ def test_a_due_sim_eval_without_a_task_is_refused_before_training() -> None:
 
     with pytest.raises(ValueError, match=r"callbacks.sim_eval.task: which simulated task"):
         SimEval(every_n_validations=1)
+
+
+@pytest.mark.filterwarnings(CONSTANT_GRIPPER)  # one short episode: some channels stay put
+def test_a_robot_cotrained_with_hands_trains_and_acts_as_the_robot(tmp_path: Path, compose_train):
+    """data=sim_cotrain_transfer_cube: both embodiments train; the robot's acts in aloha_ee."""
+    from polymimic_sim import RolloutSettings, evaluate_checkpoint
+
+    roots = []
+    for family in ("aloha_ee", "hands"):
+        report = record(f"{family}/transfer_cube", tmp_path / family, episodes=2,
+                        image_size=(48, 64), progress=False)  # fmt: skip
+        assert report.success_rate == 1.0
+        roots.append(str(tmp_path / family))
+    cfg = compose_train(
+        tmp_path,
+        "name=h2r",
+        "data=sim_cotrain_transfer_cube",
+        f"data.roots=[{','.join(roots)}]",
+        "data.image_size=[48,64]",
+        "data.horizon=8",
+        "data.datasets.hands.action_window=5",
+        "data.num_workers=0",
+        "data.batch_size=4",
+        "data.norm.num_samples=20",
+        "data.video_episodes=0",
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=2",
+        "trainer.enable_progress_bar=false",
+        "+model.shared_stems.top=image",
+        "+model.shared_stems.front_1=image",
+        "model.d_model=32",
+        "model.num_heads=2",
+    )
+    summary = polymimic_train.run(cfg)
+    assert summary["steps"] == 2
+    checkpoint = Path(cfg.paths.run_dir) / "checkpoints" / "last.ckpt"
+    settings = RolloutSettings(episodes=1, max_steps=6, workers=1, videos=0, progress=False)
+    rollouts = evaluate_checkpoint(checkpoint, "aloha_ee/transfer_cube", settings)
+    assert rollouts["episodes"] == 1 and rollouts["outcomes"][0]["steps"] == 6, rollouts["outcomes"][0].get("error")

@@ -70,6 +70,13 @@ def test_an_action_goes_to_the_world_and_back() -> None:
         assert np.allclose(task.to_action(world), action, atol=1e-6)  # type: ignore[attr-defined]
         with pytest.raises(ValueError, match=r"\(20,\) finite"):
             task.step(np.full(20, np.nan))
+        wild = action.copy()
+        wild[:3] += 5.0  # five metres away, in the camera's frame: a controller's limits hold
+        before = task.gripper_poses()[0, :3]  # type: ignore[attr-defined]
+        for _ in range(5):
+            task.step(wild)  # no PhysicsError
+        moved = np.linalg.norm(task.gripper_poses()[0, :3] - before)  # type: ignore[attr-defined]
+        assert 0.01 < moved < 5 * 0.03 + 0.02
     finally:
         task.close()
 

@@ -42,6 +42,11 @@ DEFAULT_CAMERAS = ("top",)
 FRAME_CAMERA = "top"  # the camera whose frame the poses are in
 SIDES = ("left", "right")
 ARM_WIDTH = 10  # position 3, rot6d 6, gripper 1
+# A robot's controller's limits on a target: within reach, and at most this far from the last
+# one per tick (the expert moves under 1 cm a tick; a wild target would tear the weld apart
+# and the simulator give up, as an untrained policy's did)
+WORKSPACE = (np.array([-0.6, 0.0, 0.0]), np.array([0.6, 1.0, 0.6]))  # metres, world frame
+MAX_STEP = 0.03  # metres per tick
 
 
 def hide_mocap_sites(model: Any) -> None:
@@ -105,6 +110,7 @@ class AlohaEndEffectorTask:
         self.seed: int | None = None
         self.steps = 0
         self._camera = np.zeros(7)
+        self._last = np.zeros(16)  # the last target sent (world frame)
         self._plan: tuple[np.ndarray, np.ndarray] | None = None
 
     def declaration(self) -> dict[str, Any]:
@@ -158,6 +164,11 @@ class AlohaEndEffectorTask:
         self.env.reset()
         model, data = self.env.physics.model.ptr, self.env.physics.data.ptr
         self._camera = camera_pose(data, model.camera(FRAME_CAMERA).id)
+        physics = self.env.physics
+        self._last = np.concatenate(
+            [np.concatenate([physics.data.mocap_pos[i], physics.data.mocap_quat[i], [0.0]])
+             for i in range(2)]
+        )  # fmt: skip
         return self._observation()
 
     def to_world(self, action: np.ndarray) -> np.ndarray:
@@ -165,6 +176,19 @@ class AlohaEndEffectorTask:
         poses, grippers = split_arm_vector(action)
         world = camera_to_world(self._camera, poses)
         return np.concatenate([world[0], grippers[:1], world[1], grippers[1:]])
+
+    def _limited(self, command: np.ndarray) -> np.ndarray:
+        """`command` with each position within WORKSPACE and MAX_STEP of the last target."""
+        command = command.copy()
+        for hand in (0, 8):
+            last = self._last[hand : hand + 3]
+            move = command[hand : hand + 3] - last
+            length = float(np.linalg.norm(move))
+            if length > MAX_STEP:
+                move *= MAX_STEP / length
+            command[hand : hand + 3] = np.clip(last + move, *WORKSPACE)
+        self._last = command
+        return command
 
     def to_action(self, command: np.ndarray) -> np.ndarray:
         """A (16,) world command (the expert's) as the task's (20,) camera-frame action."""
@@ -178,7 +202,7 @@ class AlohaEndEffectorTask:
         target = np.asarray(action, dtype=np.float64)
         if target.shape != (2 * ARM_WIDTH,) or not np.isfinite(target).all():
             raise ValueError(f"{self.name}: an action is (20,) finite, got {target.shape}")
-        step = self.env.step(self.to_world(target))
+        step = self.env.step(self._limited(self.to_world(target)))
         self.steps += 1
         reward = float(step.reward or 0.0)
         success = reward >= self.env.task.max_reward
