@@ -25,17 +25,10 @@ from typing import Any
 import numpy as np
 
 from polymimic_data.geometry import convert
-from polymimic_sim.aloha_tasks import (
-    MAX_STEPS,
-    PROMPTS,
-    environment,
-    mocap_plan,
-    object_poses,
-    task_names,
-)
+from polymimic_sim.aloha_tasks import MAX_STEPS, AlohaScene, mocap_plan
 from polymimic_sim.camera_frames import camera_pose, camera_to_world, world_to_camera
-from polymimic_sim.rendering import camera_renderer, render_cameras
-from polymimic_sim.task_types import Step, UnknownTaskError, observation_of
+from polymimic_sim.rendering import render_cameras
+from polymimic_sim.task_types import Step, observation_of
 
 EMBODIMENT = "sim/aloha_ee"
 DEFAULT_CAMERAS = ("top",)
@@ -47,11 +40,6 @@ ARM_WIDTH = 10  # position 3, rot6d 6, gripper 1
 # and the simulator give up, as an untrained policy's did)
 WORKSPACE = (np.array([-0.6, 0.0, 0.0]), np.array([0.6, 1.0, 0.6]))  # metres, world frame
 MAX_STEP = 0.03  # metres per tick
-
-
-def hide_mocap_sites(model: Any) -> None:
-    """Make the mocap targets' marker sites invisible: a policy must not see its own command."""
-    model.site_rgba[:, 3] = 0.0
 
 
 def arm_vector(poses: np.ndarray, grippers: np.ndarray) -> np.ndarray:
@@ -81,10 +69,12 @@ def episode_arrays(prefix: str, vectors: np.ndarray) -> dict[str, np.ndarray]:
     return arrays
 
 
-class AlohaEndEffectorTask:
+class AlohaEndEffectorTask(AlohaScene):
     """One ALOHA task driven by end-effector targets (see the module docstring)."""
 
     embodiment = EMBODIMENT
+    family = "aloha_ee"
+    end_effector = True
 
     def __init__(
         self,
@@ -94,21 +84,10 @@ class AlohaEndEffectorTask:
         cameras: Sequence[str] | None = None,
         cheap_rendering: bool = True,
     ) -> None:
-        if task not in PROMPTS:
-            raise UnknownTaskError(
-                f"task aloha_ee/{task}: gym-aloha has no such task; choose one of {task_names()}"
-            )
-        self.task, self.name, self.prompt = task, f"aloha_ee/{task}", PROMPTS[task]
-        self._poses: list[np.ndarray] = [object_poses(task, 0)]
-        self.env = environment(task, True, self._poses)
-        model = self.env.physics.model.ptr
-        hide_mocap_sites(model)
         self.cameras = list(cameras or DEFAULT_CAMERAS)
-        self.renderer = camera_renderer(model, self.name, self.cameras, image_size, cheap_rendering)
+        super().__init__(task, image_size=image_size, render_cameras=self.cameras,
+                         cheap_rendering=cheap_rendering)  # fmt: skip
         self.fps = 50.0
-        self.max_steps = MAX_STEPS
-        self.seed: int | None = None
-        self.steps = 0
         self._camera = np.zeros(7)
         self._last = np.zeros(16)  # the last target sent (world frame)
         self._plan: tuple[np.ndarray, np.ndarray] | None = None
@@ -159,16 +138,10 @@ class AlohaEndEffectorTask:
 
     def reset(self, seed: int) -> dict[str, Any]:
         """A new episode, its objects drawn from `seed`: the first observation."""
-        self.seed, self.steps, self._plan = int(seed), 0, None
-        self._poses[0] = object_poses(self.task, self.seed)
-        self.env.reset()
-        model, data = self.env.physics.model.ptr, self.env.physics.data.ptr
-        self._camera = camera_pose(data, model.camera(FRAME_CAMERA).id)
-        physics = self.env.physics
-        self._last = np.concatenate(
-            [np.concatenate([physics.data.mocap_pos[i], physics.data.mocap_quat[i], [0.0]])
-             for i in range(2)]
-        )  # fmt: skip
+        self._plan = None
+        self._reset_scene(seed)
+        self._camera = camera_pose(self.env.physics.data.ptr, self.model.camera(FRAME_CAMERA).id)
+        self._last = self.mocap_commands()
         return self._observation()
 
     def to_world(self, action: np.ndarray) -> np.ndarray:
@@ -216,8 +189,3 @@ class AlohaEndEffectorTask:
         tick = min(self.steps, MAX_STEPS - 1)
         left, right = self._plan
         return self.to_action(np.concatenate([left[tick], right[tick]]))
-
-    def close(self) -> None:
-        """Release the renderer and the simulator."""
-        self.renderer.close()
-        self.env.close()

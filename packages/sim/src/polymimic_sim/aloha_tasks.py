@@ -274,7 +274,68 @@ def scripted_joint_trajectory(task: str, seed: int) -> tuple[np.ndarray, float]:
     return targets, best
 
 
-class AlohaTask:
+def hide_mocap_sites(model: Any) -> None:
+    """Make the mocap targets' marker sites invisible: a policy must not see its own command."""
+    model.site_rgba[:, 3] = 0.0
+
+
+class AlohaScene:
+    """What every ALOHA task shares.
+
+    Its name and prompt, the simulator with its objects placed from the seed, a renderer,
+    the episode's seed and tick, `close`. A family (`aloha`, `aloha_ee`, `hands`) sets
+    `family` and `end_effector` (the mocap variant of the task, its target markers hidden).
+    """
+
+    family = "aloha"
+    end_effector = False
+
+    def __init__(
+        self,
+        task: str,
+        *,
+        image_size: Sequence[int],
+        render_cameras: Sequence[str],
+        cheap_rendering: bool,
+    ) -> None:
+        if task not in PROMPTS:
+            raise UnknownTaskError(
+                f"task {self.family}/{task}: gym-aloha has no such task; choose one of "
+                f"{task_names()}"
+            )
+        self.task, self.name, self.prompt = task, f"{self.family}/{task}", PROMPTS[task]
+        self._poses: list[np.ndarray] = [object_poses(task, 0)]
+        self.env = environment(task, self.end_effector, self._poses)
+        self.model = self.env.physics.model.ptr
+        if self.end_effector:
+            hide_mocap_sites(self.model)
+        self.renderer = camera_renderer(
+            self.model, self.name, render_cameras, image_size, cheap_rendering
+        )
+        self.max_steps = MAX_STEPS
+        self.seed: int | None = None
+        self.steps = 0
+
+    def _reset_scene(self, seed: int) -> Any:
+        """Objects placed from `seed`, the simulator reset: its first time step."""
+        self.seed, self.steps = int(seed), 0
+        self._poses[0] = object_poses(self.task, self.seed)
+        return self.env.reset()
+
+    def mocap_commands(self) -> np.ndarray:
+        """(16,) the grippers' current mocap targets (world) and openings 0: where they start."""
+        data = self.env.physics.data
+        return np.concatenate(
+            [np.concatenate([data.mocap_pos[i], data.mocap_quat[i], [0.0]]) for i in range(2)]
+        )
+
+    def close(self) -> None:
+        """Release the renderer and the simulator."""
+        self.renderer.close()
+        self.env.close()
+
+
+class AlohaTask(AlohaScene):
     """One ALOHA task (see the module docstring); `reset(seed)` places its objects."""
 
     embodiment = EMBODIMENT
@@ -287,21 +348,10 @@ class AlohaTask:
         cameras: Sequence[str] | None = None,
         cheap_rendering: bool = True,
     ) -> None:
-        if task not in PROMPTS:
-            raise UnknownTaskError(
-                f"task aloha/{task}: gym-aloha has no such task; choose one of {task_names()}"
-            )
-        gym_aloha = _gym_aloha()
-        self.task, self.name, self.prompt = task, f"aloha/{task}", PROMPTS[task]
-        self._poses: list[np.ndarray] = [object_poses(task, 0)]
-        self.env = environment(task, False, self._poses)
-        model = self.env.physics.model.ptr
         self.cameras = list(cameras or DEFAULT_CAMERAS)
-        self.renderer = camera_renderer(model, self.name, self.cameras, image_size, cheap_rendering)
-        self.fps = float(gym_aloha.constants.FPS)
-        self.max_steps = MAX_STEPS
-        self.seed: int | None = None
-        self.steps = 0
+        super().__init__(task, image_size=image_size, render_cameras=self.cameras,
+                         cheap_rendering=cheap_rendering)  # fmt: skip
+        self.fps = float(_gym_aloha().constants.FPS)
         self._qpos: np.ndarray | None = None
         self._plan: np.ndarray | None = None
 
@@ -333,9 +383,8 @@ class AlohaTask:
 
     def reset(self, seed: int) -> dict[str, Any]:
         """A new episode, its objects drawn from `seed`: the first observation."""
-        self.seed, self.steps, self._plan = int(seed), 0, None
-        self._poses[0] = object_poses(self.task, self.seed)
-        self._qpos = np.asarray(self.env.reset().observation["qpos"])
+        self._plan = None
+        self._qpos = np.asarray(self._reset_scene(seed).observation["qpos"])
         return self._observation()
 
     def step(self, action: np.ndarray) -> Step:
@@ -357,8 +406,3 @@ class AlohaTask:
         if self._plan is None:
             self._plan, _ = scripted_joint_trajectory(self.task, self.seed)
         return self._plan[min(self.steps, MAX_STEPS - 1)].astype(np.float32)
-
-    def close(self) -> None:
-        """Release the renderer and the simulator."""
-        self.renderer.close()
-        self.env.close()

@@ -34,19 +34,10 @@ from typing import Any
 import numpy as np
 
 from polymimic_data.geometry import matrix_to_quat, pose_to_matrix
-from polymimic_sim.aloha_ee_tasks import hide_mocap_sites
-from polymimic_sim.aloha_tasks import (
-    MAX_STEPS,
-    PROMPTS,
-    SCRIPTS,
-    environment,
-    mocap_plan,
-    object_poses,
-    task_names,
-)
+from polymimic_sim.aloha_tasks import MAX_STEPS, SCRIPTS, AlohaScene, mocap_plan
 from polymimic_sim.camera_frames import look_at, place_camera, project
-from polymimic_sim.rendering import camera_renderer, render_cameras
-from polymimic_sim.task_types import Step, UnknownTaskError, observation_of
+from polymimic_sim.rendering import render_cameras
+from polymimic_sim.task_types import Step, observation_of
 
 EMBODIMENT = "sim/hands"
 CAMERA = "front_1"  # the episodes' name for the egocentric camera
@@ -132,10 +123,12 @@ class HeadMotion:
         return np.concatenate([self.eye + self.drift, matrix_to_quat(rotation)])
 
 
-class HandsTask:
+class HandsTask(AlohaScene):
     """A person doing one ALOHA task (see the module docstring); it records, not evaluates."""
 
     embodiment = EMBODIMENT
+    family = "hands"
+    end_effector = True
 
     def __init__(
         self,
@@ -145,29 +138,17 @@ class HandsTask:
         cameras: Sequence[str] | None = None,
         cheap_rendering: bool = True,
     ) -> None:
-        if task not in PROMPTS:
-            raise UnknownTaskError(
-                f"task hands/{task}: gym-aloha has no such task; choose one of {task_names()}"
-            )
         if cameras is not None and list(cameras) != [CAMERA]:
             raise ValueError(f"cameras: hands/{task} has one camera, {CAMERA!r}; got {cameras}")
-        self.task, self.name, self.prompt = task, f"hands/{task}", PROMPTS[task]
-        self._poses: list[np.ndarray] = [object_poses(task, 0)]
-        self.env = environment(task, True, self._poses)
-        model = self.env.physics.model.ptr
-        hide_mocap_sites(model)
-        draw_as_hands(model)
-        self.camera_id = model.camera(MUJOCO_CAMERA).id
-        self.fovy = float(model.cam_fovy[self.camera_id])
+        super().__init__(task, image_size=image_size, render_cameras=[MUJOCO_CAMERA],
+                         cheap_rendering=cheap_rendering)  # fmt: skip
+        draw_as_hands(self.model)
+        self.camera_id = self.model.camera(MUJOCO_CAMERA).id
+        self.fovy = float(self.model.cam_fovy[self.camera_id])
         self.image_size = tuple(int(v) for v in image_size)
-        self.renderer = camera_renderer(
-            model, self.name, [MUJOCO_CAMERA], image_size, cheap_rendering
-        )
         self.cameras = [CAMERA]
         self.fps = FPS
         self.max_steps = int(MAX_STEPS * (1 + TIMING) / TICKS_PER_FRAME)
-        self.seed: int | None = None
-        self.steps = 0
         self._rng = np.random.default_rng(0)
         self._head = HeadMotion(self._rng)
         self._head_pose = np.zeros(7)
@@ -209,7 +190,7 @@ class HandsTask:
     def render(self) -> dict[str, np.ndarray]:
         """The egocentric camera's frame of the current state, from the head's pose."""
         data = self.env.physics.data.ptr
-        place_camera(self.env.physics.model.ptr, data, self.camera_id, self._head_pose)
+        place_camera(self.model, data, self.camera_id, self._head_pose)
         frames = render_cameras(self.renderer, data, [MUJOCO_CAMERA])
         return {CAMERA: frames[MUJOCO_CAMERA]}
 
@@ -249,17 +230,12 @@ class HandsTask:
 
     def reset(self, seed: int) -> dict[str, Any]:
         """A new episode: objects, timing, head motion and tracking noise from `seed`."""
-        self.seed, self.steps, self._plan = int(seed), 0, None
-        self._poses[0] = object_poses(self.task, self.seed)
-        self.env.reset()
-        self._rng = np.random.default_rng([self.seed, 2])  # apart from the objects' draw
+        self._plan = None
+        self._reset_scene(seed)
+        self._rng = np.random.default_rng([int(seed), 2])  # apart from the objects' draw
         self._head = HeadMotion(self._rng)
         self._head_pose = self._head.next_pose()
-        physics = self.env.physics
-        self._command = np.concatenate(
-            [np.concatenate([physics.data.mocap_pos[i], physics.data.mocap_quat[i], [0.0]])
-             for i in range(2)]
-        )  # fmt: skip
+        self._command = self.mocap_commands()
         return self._observation()
 
     def step(self, action: np.ndarray) -> Step:
@@ -293,8 +269,3 @@ class HandsTask:
         left, right = self._plan
         tick = min(round((self.steps + 1) * TICKS_PER_FRAME), len(left) - 1)
         return np.concatenate([left[tick], right[tick]]).astype(np.float32)
-
-    def close(self) -> None:
-        """Release the renderer and the simulator."""
-        self.renderer.close()
-        self.env.close()

@@ -13,6 +13,7 @@ take either.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 
 from polymimic_sim.task_types import SimTask, UnknownTaskError
@@ -50,6 +51,13 @@ def suite_tasks(name: str) -> list[str]:
     return [f"metaworld/{task}" for task in benchmark_tasks(SUITES[name])]
 
 
+# family -> the module and class of its tasks (imported when one is made: each needs an extra)
+FAMILIES = {
+    "metaworld": ("polymimic_sim.metaworld_tasks", "MetaWorldTask"),
+    "aloha": ("polymimic_sim.aloha_tasks", "AlohaTask"),
+    "aloha_ee": ("polymimic_sim.aloha_ee_tasks", "AlohaEndEffectorTask"),
+    "hands": ("polymimic_sim.hands_tasks", "HandsTask"),
+}
 EMBODIMENTS = {
     "aloha": "sim/aloha",
     "aloha_ee": "sim/aloha_ee",
@@ -84,30 +92,10 @@ def make_task(
             f"task {name!r} is a suite of {len(suite_tasks(name))} tasks: make each of "
             "suite_tasks(name)"
         )
-    if family == "metaworld" and task:
-        from polymimic_sim.metaworld_tasks import MetaWorldTask
-
-        return MetaWorldTask(
-            task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering
-        )
-    if family == "aloha" and task:
-        from polymimic_sim.aloha_tasks import AlohaTask
-
-        return AlohaTask(
-            task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering
-        )
-    if family == "aloha_ee" and task:
-        from polymimic_sim.aloha_ee_tasks import AlohaEndEffectorTask
-
-        return AlohaEndEffectorTask(
-            task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering
-        )
-    if family == "hands" and task:
-        from polymimic_sim.hands_tasks import HandsTask
-
-        return HandsTask(
-            task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering
-        )
+    if family in FAMILIES and task:
+        module, cls = FAMILIES[family]
+        make = getattr(importlib.import_module(module), cls)
+        return make(task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering)
     raise UnknownTaskError(
         f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
         "(e.g. metaworld/reach-v3), or aloha/<task>, aloha_ee/<task> or hands/<task> "
