@@ -13,6 +13,8 @@ over `--eval-episodes` held-out seeds (1000 on):
 - `robot`: the first N robot demonstrations alone (data=sim_aloha_ee_transfer_cube);
 - `cotrain`: the same N with every hands demonstration (data=sim_cotrain_transfer_cube),
   one image stem shared by the robot's top camera and the person's egocentric one;
+- `pretrain`: a policy trained on the hands alone (once) gives its trunk and image stem to a
+  policy fine-tuned on the N robot demonstrations (`model.pretrained`, by hash);
 - `shuffled` (a control): as cotrain, but each hands episode's motions come from another
   hands episode (same images, wrong motions); a gain that survives this is not transfer.
 
@@ -89,6 +91,34 @@ def shuffled_hands(hands: Path, dest: Path, seed: int = 0) -> Path:
     return dest
 
 
+def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
+    """Train on the hands alone (once); the overrides that start a robot run from its trunk
+    and image stem (a model config written under `work`, found through Hydra's search path)."""
+    from polymimic_policies import pretrained_parts
+    from polymimic_serve import load_policy
+
+    runs = work / "runs" / "hands_pretrain"
+    checkpoint = runs / "checkpoints" / "last.ckpt"
+    train = [
+        sys.executable, "-m", "polymimic_train", "name=hands_pretrain",
+        "data=sim_hands_transfer_cube", f"data.roots=[{work / 'hands'}]",
+        f"trainer.max_steps={opts.steps}", "trainer.enable_progress_bar=false",
+        f"hydra.run.dir={runs}", "+model.shared_stems.front_1=image", *opts.train_args,
+    ]  # fmt: skip
+    seconds = 0.0 if checkpoint.exists() else _run(train, work / "hands_pretrain.train.log")
+    emit("hands_pretrain_s", seconds, "s", steps=opts.steps, command=" ".join(train))
+    parts_dir = work / "hands_pretrain_parts"
+    parts_dir.mkdir(exist_ok=True)
+    saved = load_policy(checkpoint).policy.save_pretrained(parts_dir)  # type: ignore[attr-defined]
+    parts = pretrained_parts(saved, ["trunk", "stems.image"])
+    model_dir = work / "configs" / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    lines = ["defaults: [hpt_small, _self_]", "shared_stems: {top: image}", "pretrained:"]
+    lines += [f"  {n}: {{path: {p['path']}, sha256: {p['sha256']}}}" for n, p in parts.items()]
+    (model_dir / "h2r_pretrained.yaml").write_text("\n".join(lines) + "\n")
+    return [f"hydra.searchpath=[file://{work / 'configs'}]", "model=h2r_pretrained"]
+
+
 def _run(args: list[str], log: Path) -> float:
     """Seconds `args` took; its output in `log`; exits with it when it fails."""
     start = time.perf_counter()
@@ -145,9 +175,10 @@ def main() -> None:
     opts = parser.parse_args()
     counts = sorted({int(n) for n in opts.robot_demos.split(",")})
     arms = opts.arms.split(",")
-    unknown = set(arms) - {"robot", "cotrain", "shuffled"}
+    unknown = set(arms) - {"robot", "cotrain", "pretrain", "shuffled"}
     if unknown:
-        parser.error(f"--arms: {sorted(unknown)} are not arms; choose robot, cotrain, shuffled")
+        parser.error(f"--arms: {sorted(unknown)} are not arms; choose robot, cotrain, pretrain, "
+                     "shuffled")  # fmt: skip
     work = opts.workdir.resolve()
     family, _, name = opts.task.partition("/")
     if family != "aloha_ee":
@@ -160,17 +191,19 @@ def main() -> None:
     emit("robot_record_s", time.perf_counter() - start, "s", episodes=max(counts),
          expert_success=report.success_rate)  # fmt: skip
     hands = work / "hands"
-    if {"cotrain", "shuffled"} & set(arms):
+    if {"cotrain", "pretrain", "shuffled"} & set(arms):
         start = time.perf_counter()
         report = record(f"hands/{name}", hands, episodes=opts.hands_demos, seed=HANDS_SEED)
         emit("hands_record_s", time.perf_counter() - start, "s", episodes=opts.hands_demos,
              expert_success=report.success_rate)  # fmt: skip
     shared = ["+model.shared_stems.top=image", "+model.shared_stems.front_1=image"]
+    pretrained = pretrained_model(work, opts) if "pretrain" in arms else []
     for n in counts:
         robot = robot_subset(work / "robot", n, work / f"robot_{n}")
         cells = {
             "robot": ([robot], "sim_aloha_ee_transfer_cube", []),
             "cotrain": ([robot, hands], "sim_cotrain_transfer_cube", shared),
+            "pretrain": ([robot], "sim_aloha_ee_transfer_cube", pretrained),
             "shuffled": ([robot, shuffled_hands(hands, work / "hands_shuffled")]
                          if "shuffled" in arms else [], "sim_cotrain_transfer_cube", shared),
         }  # fmt: skip
