@@ -96,6 +96,8 @@ def _pi_overrides(model: str, data: str) -> list[str]:
         if data.startswith("lerobot")
         else ["model.image_slots.base_0_rgb=[front_1,top]"]  # ALOHA's top camera
         if data.startswith("sim_aloha")
+        else ["model.image_slots.base_0_rgb=[front_1,top]"]  # the hands' and the robot's
+        if data in ("sim_hands_transfer_cube", "sim_cotrain_transfer_cube")
         else ["model.image_slots.base_0_rgb=[front_1,corner2]"]  # MetaWorld's camera
         if data.startswith("sim_")
         else []
@@ -138,10 +140,13 @@ def _recorded(task: str, size: tuple[int, int] = (48, 64)) -> Path:
     return dest
 
 
-SIM_DATA = {  # data config -> the task its demonstrations come from (mt10: one of its tasks)
-    "sim_metaworld": "metaworld/button-press-v3",
-    "sim_metaworld_mt10": "metaworld/button-press-v3",
-    "sim_aloha_transfer_cube": "aloha/transfer_cube",
+SIM_DATA = {  # data config -> the tasks its demonstrations come from (mt10: one of its tasks)
+    "sim_metaworld": ["metaworld/button-press-v3"],
+    "sim_metaworld_mt10": ["metaworld/button-press-v3"],
+    "sim_aloha_transfer_cube": ["aloha/transfer_cube"],
+    "sim_aloha_ee_transfer_cube": ["aloha_ee/transfer_cube"],
+    "sim_hands_transfer_cube": ["hands/transfer_cube"],
+    "sim_cotrain_transfer_cube": ["aloha_ee/transfer_cube", "hands/transfer_cube"],
 }
 
 
@@ -150,7 +155,8 @@ def _data_overrides(tmp: Path, data: str) -> list[str]:
         size = ["episodes=3", "frames=20", "height=48", "width=64"]
         return [f"data.synthetic.{s}" for s in size]
     if data in SIM_DATA:  # demonstrations as polymimic-sim records them
-        return [f"data.roots=[{_recorded(SIM_DATA[data])}]", "data.image_size=[48,64]"]
+        roots = ",".join(str(_recorded(task)) for task in SIM_DATA[data])
+        return [f"data.roots=[{roots}]", "data.image_size=[48,64]"]
     roots = []
     if not data.startswith("lerobot") or "eva" in data:
         roots.append(  # a real data config: episodes on disk

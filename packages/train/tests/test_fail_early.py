@@ -129,8 +129,10 @@ def test_help_lists_only_choosable_options(tmp_path: Path, train_app) -> None:
     result = train_app(tmp_path, None, "--help")
     assert result.returncode == 0
     assert (
-        "data: episodes, lerobot, lerobot_cotrain_eva, sim_aloha_transfer_cube, sim_metaworld, "
-        "sim_metaworld_mt10, synthetic_aria, synthetic_cotrain, synthetic_eva" in result.stdout
+        "data: episodes, lerobot, lerobot_cotrain_eva, sim_aloha_ee_transfer_cube, "
+        "sim_aloha_transfer_cube, sim_cotrain_transfer_cube, sim_hands_transfer_cube, "
+        "sim_metaworld, sim_metaworld_mt10, synthetic_aria, synthetic_cotrain, synthetic_eva"
+        in result.stdout
     )
     assert "base" not in result.stdout.split("== Config ==")[0]
 
