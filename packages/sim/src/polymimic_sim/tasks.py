@@ -13,7 +13,6 @@ take either.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 
 from polymimic_sim.task_types import SimTask, UnknownTaskError
@@ -51,13 +50,28 @@ def suite_tasks(name: str) -> list[str]:
     return [f"metaworld/{task}" for task in benchmark_tasks(SUITES[name])]
 
 
-# family -> the module and class of its tasks (imported when one is made: each needs an extra)
-FAMILIES = {
-    "metaworld": ("polymimic_sim.metaworld_tasks", "MetaWorldTask"),
-    "aloha": ("polymimic_sim.aloha_tasks", "AlohaTask"),
-    "aloha_ee": ("polymimic_sim.aloha_ee_tasks", "AlohaEndEffectorTask"),
-    "hands": ("polymimic_sim.hands_tasks", "HandsTask"),
-}
+FAMILIES = ("metaworld", "aloha", "aloha_ee", "hands")
+
+
+def _task_class(family: str) -> type:
+    """The class of a family's tasks, imported when one is made (each needs an extra)."""
+    if family == "metaworld":
+        from polymimic_sim.metaworld_tasks import MetaWorldTask
+
+        return MetaWorldTask
+    if family == "aloha":
+        from polymimic_sim.aloha_tasks import AlohaTask
+
+        return AlohaTask
+    if family == "aloha_ee":
+        from polymimic_sim.aloha_ee_tasks import AlohaEndEffectorTask
+
+        return AlohaEndEffectorTask
+    from polymimic_sim.hands_tasks import HandsTask
+
+    return HandsTask
+
+
 EMBODIMENTS = {
     "aloha": "sim/aloha",
     "aloha_ee": "sim/aloha_ee",
@@ -93,8 +107,7 @@ def make_task(
             "suite_tasks(name)"
         )
     if family in FAMILIES and task:
-        module, cls = FAMILIES[family]
-        make = getattr(importlib.import_module(module), cls)
+        make = _task_class(family)
         return make(task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering)
     raise UnknownTaskError(
         f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
