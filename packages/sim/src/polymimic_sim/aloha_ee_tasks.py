@@ -19,7 +19,6 @@ run here directly rather than replayed through joints.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,6 @@ import numpy as np
 from polymimic_data.geometry import convert
 from polymimic_sim.aloha_tasks import MAX_STEPS, AlohaScene, mocap_plan
 from polymimic_sim.camera_frames import camera_pose, camera_to_world, world_to_camera
-from polymimic_sim.rendering import render_cameras
 from polymimic_sim.task_types import Step, observation_of
 
 EMBODIMENT = "sim/aloha_ee"
@@ -76,17 +74,8 @@ class AlohaEndEffectorTask(AlohaScene):
     family = "aloha_ee"
     end_effector = True
 
-    def __init__(
-        self,
-        task: str,
-        *,
-        image_size: Sequence[int] = (96, 128),
-        cameras: Sequence[str] | None = None,
-        cheap_rendering: bool = True,
-    ) -> None:
-        self.cameras = list(cameras or DEFAULT_CAMERAS)
-        super().__init__(task, image_size=image_size, render_cameras=self.cameras,
-                         cheap_rendering=cheap_rendering)  # fmt: skip
+    def __init__(self, task: str, **options: Any) -> None:
+        super().__init__(task, **options)  # image_size, cameras, cheap_rendering
         self.fps = 50.0
         self._camera = np.zeros(7)
         self._last = np.zeros(16)  # the last target sent (world frame)
@@ -114,21 +103,6 @@ class AlohaEndEffectorTask(AlohaScene):
     def episode_arrays(self, states: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
         """What an episode stores: the vectors as eva-style pose and gripper keys."""
         return episode_arrays("obs", states) | episode_arrays("cmd", actions)
-
-    def render(self) -> dict[str, np.ndarray]:
-        """The cameras' frames of the current state."""
-        return render_cameras(self.renderer, self.env.physics.data.ptr, self.cameras)
-
-    def gripper_poses(self) -> np.ndarray:
-        """(2, 7) world poses of the two grippers (the bodies the mocap targets hold)."""
-        data = self.env.physics.data.ptr
-        return np.stack(
-            [
-                np.concatenate([data.body(f"vx300s_{s}/gripper_link").xpos,
-                                data.body(f"vx300s_{s}/gripper_link").xquat])
-                for s in SIDES
-            ]
-        )  # fmt: skip
 
     def _observation(self) -> dict[str, Any]:
         qpos = np.asarray(self.env.task.get_qpos(self.env.physics))
@@ -172,14 +146,9 @@ class AlohaEndEffectorTask(AlohaScene):
     def step(self, action: np.ndarray) -> Step:
         """Move each gripper's target to the action's pose and set its opening."""
         assert self.seed is not None, "reset the task first"
-        target = np.asarray(action, dtype=np.float64)
-        if target.shape != (2 * ARM_WIDTH,) or not np.isfinite(target).all():
-            raise ValueError(f"{self.name}: an action is (20,) finite, got {target.shape}")
+        target = self._checked(action, 2 * ARM_WIDTH)
         step = self.env.step(self._limited(self.to_world(target)))
-        self.steps += 1
-        reward = float(step.reward or 0.0)
-        success = reward >= self.env.task.max_reward
-        return Step(self._observation(), reward, success, self.steps >= self.max_steps)
+        return self._ticked(float(step.reward or 0.0))
 
     def expert_action(self) -> np.ndarray:
         """The scripted expert's target for this tick, in the task's action form."""

@@ -294,9 +294,9 @@ class AlohaScene:
         self,
         task: str,
         *,
-        image_size: Sequence[int],
-        render_cameras: Sequence[str],
-        cheap_rendering: bool,
+        image_size: Sequence[int] = (96, 128),
+        cameras: Sequence[str] | None = None,
+        cheap_rendering: bool = True,
     ) -> None:
         if task not in PROMPTS:
             raise UnknownTaskError(
@@ -309,12 +309,43 @@ class AlohaScene:
         self.model = self.env.physics.model.ptr
         if self.end_effector:
             hide_mocap_sites(self.model)
+        self.cameras = list(cameras or DEFAULT_CAMERAS)
         self.renderer = camera_renderer(
-            self.model, self.name, render_cameras, image_size, cheap_rendering
+            self.model, self.name, self.mujoco_cameras(), image_size, cheap_rendering
         )
         self.max_steps = MAX_STEPS
         self.seed: int | None = None
         self.steps = 0
+
+    def mujoco_cameras(self) -> list[str]:
+        """The model's cameras that `render` draws (the episodes' cameras, by default)."""
+        return self.cameras
+
+    def render(self) -> dict[str, np.ndarray]:
+        """The cameras' frames of the current state."""
+        return render_cameras(self.renderer, self.env.physics.data.ptr, self.cameras)
+
+    def _observation(self) -> dict[str, Any]:
+        raise NotImplementedError  # each family observes in its own form
+
+    def _checked(self, action: np.ndarray, width: int) -> np.ndarray:
+        """`action` as float64 (width,), or ValueError naming the task."""
+        target = np.asarray(action, dtype=np.float64)
+        if target.shape != (width,) or not np.isfinite(target).all():
+            raise ValueError(f"{self.name}: an action is ({width},) finite, got {target.shape}")
+        return target
+
+    def _ticked(self, reward: float) -> Step:
+        """One tick done: its Step (a success at the task's top reward)."""
+        self.steps += 1
+        success = reward >= self.env.task.max_reward
+        return Step(self._observation(), reward, success, self.steps >= self.max_steps)
+
+    def gripper_poses(self) -> np.ndarray:
+        """(2, 7) world poses of the two grippers (left, right), xyz + quaternion."""
+        data = self.env.physics.data.ptr
+        bodies = [data.body(f"vx300s_{side}/gripper_link") for side in ("left", "right")]
+        return np.stack([np.concatenate([body.xpos, body.xquat]) for body in bodies])
 
     def _reset_scene(self, seed: int) -> Any:
         """Objects placed from `seed`, the simulator reset: its first time step."""
@@ -340,17 +371,8 @@ class AlohaTask(AlohaScene):
 
     embodiment = EMBODIMENT
 
-    def __init__(
-        self,
-        task: str,
-        *,
-        image_size: Sequence[int] = (96, 128),
-        cameras: Sequence[str] | None = None,
-        cheap_rendering: bool = True,
-    ) -> None:
-        self.cameras = list(cameras or DEFAULT_CAMERAS)
-        super().__init__(task, image_size=image_size, render_cameras=self.cameras,
-                         cheap_rendering=cheap_rendering)  # fmt: skip
+    def __init__(self, task: str, **options: Any) -> None:
+        super().__init__(task, **options)  # image_size, cameras, cheap_rendering
         self.fps = float(_gym_aloha().constants.FPS)
         self._qpos: np.ndarray | None = None
         self._plan: np.ndarray | None = None
@@ -373,10 +395,6 @@ class AlohaTask(AlohaScene):
             "groups": groups,
         }
 
-    def render(self) -> dict[str, np.ndarray]:
-        """The cameras' frames of the current state."""
-        return render_cameras(self.renderer, self.env.physics.data.ptr, self.cameras)
-
     def _observation(self) -> dict[str, Any]:
         assert self._qpos is not None
         return observation_of(self._qpos, self.render(), self.prompt)
@@ -390,15 +408,9 @@ class AlohaTask(AlohaScene):
     def step(self, action: np.ndarray) -> Step:
         """Move every joint towards its target."""
         assert self._qpos is not None, "reset the task first"
-        target = np.asarray(action, dtype=np.float64)
-        if target.shape != (14,) or not np.isfinite(target).all():
-            raise ValueError(f"{self.name}: an action is (14,) finite, got {target.shape}")
-        step = self.env.step(target)
+        step = self.env.step(self._checked(action, 14))
         self._qpos = np.asarray(step.observation["qpos"])
-        self.steps += 1
-        reward = float(step.reward or 0.0)
-        success = reward >= self.env.task.max_reward
-        return Step(self._observation(), reward, success, self.steps >= self.max_steps)
+        return self._ticked(float(step.reward or 0.0))
 
     def expert_action(self) -> np.ndarray:
         """The scripted episode's joint targets (planned at the episode's first tick)."""

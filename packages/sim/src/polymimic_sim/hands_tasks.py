@@ -28,7 +28,6 @@ records; a policy is evaluated on `aloha_ee/<task>`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -130,23 +129,16 @@ class HandsTask(AlohaScene):
     family = "hands"
     end_effector = True
 
-    def __init__(
-        self,
-        task: str,
-        *,
-        image_size: Sequence[int] = (96, 128),
-        cameras: Sequence[str] | None = None,
-        cheap_rendering: bool = True,
-    ) -> None:
+    def __init__(self, task: str, **options: Any) -> None:
+        cameras = options.get("cameras")
         if cameras is not None and list(cameras) != [CAMERA]:
             raise ValueError(f"cameras: hands/{task} has one camera, {CAMERA!r}; got {cameras}")
-        super().__init__(task, image_size=image_size, render_cameras=[MUJOCO_CAMERA],
-                         cheap_rendering=cheap_rendering)  # fmt: skip
+        merged: dict[str, Any] = {**options, "cameras": [CAMERA]}
+        super().__init__(task, **merged)
         draw_as_hands(self.model)
         self.camera_id = self.model.camera(MUJOCO_CAMERA).id
         self.fovy = float(self.model.cam_fovy[self.camera_id])
-        self.image_size = tuple(int(v) for v in image_size)
-        self.cameras = [CAMERA]
+        self.image_size = tuple(int(v) for v in options.get("image_size", (96, 128)))
         self.fps = FPS
         self.max_steps = int(MAX_STEPS * (1 + TIMING) / TICKS_PER_FRAME)
         self._rng = np.random.default_rng(0)
@@ -154,6 +146,10 @@ class HandsTask(AlohaScene):
         self._head_pose = np.zeros(7)
         self._plan: tuple[np.ndarray, np.ndarray] | None = None
         self._command = np.zeros(16)
+
+    def mujoco_cameras(self) -> list[str]:
+        """The model's camera the head carries (the episodes call it front_1)."""
+        return [MUJOCO_CAMERA]
 
     def declaration(self) -> dict[str, Any]:
         """Its episodes' embodiment: aria's keys, in the head's frame, actions the next poses."""
@@ -197,13 +193,11 @@ class HandsTask(AlohaScene):
     def hands(self) -> tuple[np.ndarray, np.ndarray]:
         """The true wrist poses (2, 7) and keypoints (2, 3, 3) in the world."""
         data = self.env.physics.data.ptr
-        wrists, keypoints = [], []
+        keypoints = []
         for side in SIDES:
-            body = data.body(f"vx300s_{side}/gripper_link")
-            wrists.append(np.concatenate([body.xpos, body.xquat]))
             tips = [data.body(f"vx300s_{side}/{f}_finger_link").xpos for f in SIDES]
             keypoints.append(np.stack([tips[0], tips[1], (tips[0] + tips[1]) / 2]))
-        return np.stack(wrists), np.stack(keypoints)
+        return self.gripper_poses(), np.stack(keypoints)
 
     def _tracked(self, wrist: np.ndarray, keypoints: np.ndarray) -> np.ndarray:
         """One hand as a tracker reports it: (16,) noisy, or the sentinel when out of view."""
@@ -241,9 +235,7 @@ class HandsTask(AlohaScene):
     def step(self, action: np.ndarray) -> Step:
         """Move the hands to `action` (16: per hand xyz, quaternion, opening) by the next frame."""
         assert self.seed is not None, "reset the task first"
-        target = np.asarray(action, dtype=np.float64)
-        if target.shape != (16,) or not np.isfinite(target).all():
-            raise ValueError(f"{self.name}: an action is (16,) finite, got {target.shape}")
+        target = self._checked(action, 16)
         first = round(self.steps * TICKS_PER_FRAME)
         last = round((self.steps + 1) * TICKS_PER_FRAME)
         reward = 0.0
@@ -254,10 +246,8 @@ class HandsTask(AlohaScene):
                 command[hand + 3 : hand + 7] /= np.linalg.norm(command[hand + 3 : hand + 7])
             reward = max(reward, float(self.env.step(command).reward or 0.0))
         self._command = target
-        self.steps += 1
         self._head_pose = self._head.next_pose()
-        success = reward >= self.env.task.max_reward
-        return Step(self._observation(), reward, success, self.steps >= self.max_steps)
+        return self._ticked(reward)
 
     def expert_action(self) -> np.ndarray:
         """Where the expert's (re-timed) hands are at the next frame, in the world."""
