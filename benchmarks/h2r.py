@@ -1,16 +1,20 @@
 """Human-to-robot transfer in simulation: does adding a person's demonstrations make the
 robot succeed more often, at fewer robot demonstrations? (issue 29; DESIGN.md, "the closed loop")
 
-    python benchmarks/h2r.py [--robot-demos 5,10,25,50] [--hands-demos 500] [--arms robot,cotrain]
-                             [--steps 3000] [--eval-episodes 100] [--workdir DIR]
+    python benchmarks/h2r.py [--task aloha_ee/transfer_cube] [--robot-demos 5,10,25,50]
+                             [--hands-demos 500] [--arms robot,cotrain] [--steps 3000]
+                             [--eval-episodes 100] [--workdir DIR]
 
-Records `max(--robot-demos)` end-effector-driven robot demonstrations (`aloha_ee/<task>`,
-seeds 0 on) and `--hands-demos` of a person's hands (`hands/<task>`, seeds 100000 on, so
-no hands episode shares its objects' placement with a robot one), then for each N in
-`--robot-demos` and each arm trains a policy and evaluates it on the robot in closed loop
-over `--eval-episodes` held-out seeds (1000 on):
+Records `max(--robot-demos)` robot demonstrations of `--task` (seeds 0 on) and
+`--hands-demos` of a person's hands doing its twin (`hands/<task>`, seeds 100000 on, so no
+hands episode shares its objects' placement with a robot one). The robot is
+`aloha_ee/<task>`, driven by end-effector poses as the hands move, or `aloha/<task>`,
+driven by joints, whose actions share nothing with the hands' (the trunk and the image stem
+are what they share). Then for each N in `--robot-demos` and each arm it trains a policy
+and evaluates it on the robot in closed loop over `--eval-episodes` held-out seeds (1000 on):
 
-- `robot`: the first N robot demonstrations alone (data=sim_aloha_ee_transfer_cube);
+- `robot`: the first N robot demonstrations alone (data=sim_aloha_ee_transfer_cube, or
+  sim_aloha_transfer_cube for the joints);
 - `cotrain`: the same N with every hands demonstration (data=sim_cotrain_transfer_cube),
   one image stem shared by the robot's top camera and the person's egocentric one;
 - `pretrain`: a policy trained on the hands alone (once) gives its trunk and image stem to a
@@ -46,6 +50,9 @@ from polymimic_sim import record
 emit = figure_printer("h2r")
 HANDS_SEED = 100_000  # the hands' seeds: apart from the robot's (0 on) and the evaluation's
 EVAL_SEED = 1000
+# the robot's data config per family; cotraining takes sim_cotrain_transfer_cube's `robot`
+# dataset filtered to the robot's task: its own head either way (joints or poses)
+ROBOT_DATA = {"aloha_ee": "sim_aloha_ee_transfer_cube", "aloha": "sim_aloha_transfer_cube"}
 NUMERIC = ("left.obs_wrist_pose", "left.obs_keypoints", "right.obs_wrist_pose",
            "right.obs_keypoints", "obs_head_pose")  # fmt: skip
 
@@ -181,10 +188,9 @@ def main() -> None:
                      "shuffled")  # fmt: skip
     work = opts.workdir.resolve()
     family, _, name = opts.task.partition("/")
-    if family != "aloha_ee":
-        parser.error(
-            f"--task: an aloha_ee/<task> (the robot the hands transfer to), got {opts.task}"
-        )
+    if family not in ROBOT_DATA:
+        parser.error(f"--task: the robot the hands transfer to, aloha_ee/<task> (its poses, as "
+                     f"the hands') or aloha/<task> (its joints), got {opts.task}")  # fmt: skip
 
     start = time.perf_counter()
     report = record(opts.task, work / "robot", episodes=max(counts))
@@ -196,14 +202,18 @@ def main() -> None:
         report = record(f"hands/{name}", hands, episodes=opts.hands_demos, seed=HANDS_SEED)
         emit("hands_record_s", time.perf_counter() - start, "s", episodes=opts.hands_demos,
              expert_success=report.success_rate)  # fmt: skip
-    shared = ["+model.shared_stems.top=image", "+model.shared_stems.front_1=image"]
+    # the robot's task (and the hands' twin of it) where the configs name transfer cube's
+    tasks = [f"data.sim_task={opts.task}"]
+    shared = ["+model.shared_stems.top=image", "+model.shared_stems.front_1=image", *tasks,
+              f"data.datasets.robot.filters.sim_task={opts.task}",
+              f"data.datasets.hands.filters.sim_task=hands/{name}"]  # fmt: skip
     pretrained = pretrained_model(work, opts) if "pretrain" in arms else []
     for n in counts:
         robot = robot_subset(work / "robot", n, work / f"robot_{n}")
         cells = {
-            "robot": ([robot], "sim_aloha_ee_transfer_cube", []),
+            "robot": ([robot], ROBOT_DATA[family], tasks),
             "cotrain": ([robot, hands], "sim_cotrain_transfer_cube", shared),
-            "pretrain": ([robot], "sim_aloha_ee_transfer_cube", pretrained),
+            "pretrain": ([robot], ROBOT_DATA[family], tasks + pretrained),
             "shuffled": ([robot, shuffled_hands(hands, work / "hands_shuffled")]
                          if "shuffled" in arms else [], "sim_cotrain_transfer_cube", shared),
         }  # fmt: skip

@@ -61,12 +61,18 @@ def test_a_due_sim_eval_without_a_task_is_refused_before_training() -> None:
 
 
 @pytest.mark.filterwarnings(CONSTANT_GRIPPER)  # one short episode: some channels stay put
-def test_a_robot_cotrained_with_hands_trains_and_acts_as_the_robot(tmp_path: Path, compose_train):
-    """data=sim_cotrain_transfer_cube: both embodiments train; the robot's acts in aloha_ee."""
+@pytest.mark.parametrize("robot", ["aloha_ee", "aloha"])
+def test_a_robot_cotrained_with_hands_trains_and_acts_as_the_robot(
+    tmp_path: Path, compose_train, robot: str
+):
+    """data=sim_cotrain_transfer_cube: both embodiments train; the robot's acts in its task.
+    The robot is driven by poses as the hands are (aloha_ee), or by joints (aloha: the robot
+    dataset filtered to its task, its own head, the trunk and image stem shared)."""
     from polymimic_sim import RolloutSettings, evaluate_checkpoint
 
+    task = f"{robot}/transfer_cube"
     roots = []
-    for family in ("aloha_ee", "hands"):
+    for family in (robot, "hands"):
         report = record(f"{family}/transfer_cube", tmp_path / family, episodes=2,
                         image_size=(48, 64), progress=False)  # fmt: skip
         assert report.success_rate == 1.0
@@ -76,6 +82,8 @@ def test_a_robot_cotrained_with_hands_trains_and_acts_as_the_robot(tmp_path: Pat
         "name=h2r",
         "data=sim_cotrain_transfer_cube",
         f"data.roots=[{','.join(roots)}]",
+        f"data.sim_task={task}",
+        f"data.datasets.robot.filters.sim_task={task}",
         "data.image_size=[48,64]",
         "data.horizon=8",
         "data.datasets.hands.action_window=5",
@@ -95,6 +103,6 @@ def test_a_robot_cotrained_with_hands_trains_and_acts_as_the_robot(tmp_path: Pat
     assert summary["steps"] == 2
     checkpoint = Path(cfg.paths.run_dir) / "checkpoints" / "last.ckpt"
     settings = RolloutSettings(episodes=1, max_steps=6, workers=1, videos=0, progress=False)
-    rollouts = evaluate_checkpoint(checkpoint, "aloha_ee/transfer_cube", settings)
+    rollouts = evaluate_checkpoint(checkpoint, task, settings)
     (outcome,) = rollouts["outcomes"]
     assert outcome["steps"] == 6 and outcome["error"] is None, outcome  # no simulator gave up
