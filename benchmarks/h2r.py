@@ -22,11 +22,13 @@ and evaluates it on the robot in closed loop over `--eval-episodes` held-out see
 - `shuffled` (a control): as cotrain, but each hands episode's motions come from another
   hands episode (same images, wrong motions); a gain that survives this is not transfer.
 
-Each cell prints one JSON line: its success rate with the 95% Wilson interval, the seeds,
+Each cell prints one JSON line: its success rate with the 95% Wilson interval (standard and
+strict, within 300 and 400 steps, steps to success beside the expert's), the seeds,
 the demonstrations, the training steps and the wall times of training and evaluation, and
 the command lines that made it. Recordings and runs stay under `--workdir` (reused: a rerun
-records nothing twice). Run cells one at a time on a small CPU (two heavy jobs on 2 cores
-each go about 5x slower).
+records nothing twice, trains no finished cell again and resumes an interrupted one from its
+last checkpoint; a resumed cell's `train_s` counts only the resumed part). Run cells one at
+a time on a small CPU (two heavy jobs on 2 cores each go about 5x slower).
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
         f"trainer.max_steps={opts.steps}", "trainer.enable_progress_bar=false",
         f"hydra.run.dir={runs}", "+model.shared_stems.front_1=image", *opts.train_args,
     ]  # fmt: skip
-    seconds = 0.0 if checkpoint.exists() else _run(train, work / "hands_pretrain.train.log")
+    seconds = 0.0 if _finished(runs) else _run(train, work / "hands_pretrain.train.log")
     emit("hands_pretrain_s", seconds, "s", steps=opts.steps, command=" ".join(train))
     parts_dir = work / "hands_pretrain_parts"
     parts_dir.mkdir(exist_ok=True)
@@ -124,6 +126,16 @@ def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
     lines += [f"  {n}: {{path: {p['path']}, sha256: {p['sha256']}}}" for n, p in parts.items()]
     (model_dir / "h2r_pretrained.yaml").write_text("\n".join(lines) + "\n")
     return [f"hydra.searchpath=[file://{work / 'configs'}]", "model=h2r_pretrained"]
+
+
+def _finished(run_dir: Path) -> bool:
+    """Whether the training run in `run_dir` finished.
+
+    An interrupted one is trained again: the app resumes it from its last checkpoint
+    (resume=auto), so no half-trained cell is evaluated.
+    """
+    record = run_dir / "run.json"
+    return record.exists() and json.loads(record.read_text()).get("state") == "finished"
 
 
 def _run(args: list[str], log: Path) -> float:
@@ -146,7 +158,7 @@ def train_and_evaluate(cell: str, roots: list[Path], data: str, work: Path,
         "trainer.enable_progress_bar=false", f"hydra.run.dir={runs}", *extra, *opts.train_args,
     ]  # fmt: skip
     checkpoint = runs / "checkpoints" / "last.ckpt"
-    train_s = 0.0 if checkpoint.exists() else _run(train, work / f"{cell}.train.log")
+    train_s = 0.0 if _finished(runs) else _run(train, work / f"{cell}.train.log")
     out = work / "eval" / cell
     evaluate = [
         str(Path(sys.executable).with_name("polymimic-sim")), "evaluate", str(checkpoint),
@@ -159,6 +171,11 @@ def train_and_evaluate(cell: str, roots: list[Path], data: str, work: Path,
         "successes": summary["successes"],
         "episodes": summary["episodes"],
         "wilson95": summary["success_rate_wilson95"],
+        "strict_successes": summary["strict_success"]["successes"],
+        "strict_wilson95": summary["strict_success"]["wilson95"],
+        "success_at_steps": {n: r["successes"] for n, r in summary["success_at_steps"].items()},
+        "mean_steps_to_success": summary["mean_steps_to_success"],
+        "expert_mean_steps_to_success": summary["expert_mean_steps_to_success"],
         "seeds": [EVAL_SEED, EVAL_SEED + summary["episodes"] - 1],
         "train_s": round(train_s, 1),
         "eval_s": round(eval_s, 1),

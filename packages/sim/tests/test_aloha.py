@@ -41,7 +41,7 @@ def test_a_recorded_transfer_validates_and_declares_the_two_arms(cube_episodes: 
     assert (
         attrs["seed"] == 3 and attrs["fps"] == 50.0 and attrs["sim_task"] == "aloha/transfer_cube"
     )
-    assert attrs["total_frames"] == attrs["success_step"] + LINGER + 1
+    assert attrs["total_frames"] == attrs["strict_success_step"] + LINGER + 1
     assert reader.read_numeric("action").shape == (attrs["total_frames"], 14)
     assert reader.read_numeric("observation.state").shape == (attrs["total_frames"], 14)
 
@@ -143,3 +143,57 @@ def test_a_missing_aloha_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None
         make_task("aloha/transfer_cube")
     with pytest.raises(ValueError, match="gym-aloha has no such task; choose one of"):
         make_task("aloha/fold_towel")
+
+
+def _expert_episode(task_name: str, seed: int, alter=None) -> dict:
+    """The scripted expert's episode as a rollout counts it; `alter(action, tally)` changes
+    each action first (from the standard success on, say)."""
+    from polymimic_sim.episodes import EpisodeTally
+
+    task = make_task(task_name, image_size=SIZE)
+    try:
+        task.reset(seed)
+        tally, outcome = EpisodeTally(seed, task.max_steps), None
+        while outcome is None:
+            action = task.expert_action()
+            outcome = tally.add(task.step(alter(action, tally) if alter else action))
+    finally:
+        task.close()
+    return dataclasses.asdict(outcome)
+
+
+def _cube_dropped_after_the_touch(action: np.ndarray, tally) -> np.ndarray:
+    if tally.success_step is None:
+        return action
+    action = action.copy()
+    action[[9, 19]] = 1.0  # aloha_ee: per arm xyz, rot6d, opening: both grippers open
+    return action
+
+
+def _peg_pulled_out_after_the_pin(action: np.ndarray, tally) -> np.ndarray:
+    if tally.success_step is None:
+        return action
+    action = action.copy()
+    action[10] += 0.1  # the right gripper (the peg's) 10 cm to the right in the top camera
+    return action
+
+
+@pytest.mark.parametrize(
+    ("task_name", "alter"),
+    [("aloha_ee/transfer_cube", _cube_dropped_after_the_touch),
+     ("aloha_ee/insertion", _peg_pulled_out_after_the_pin)],
+)  # fmt: skip
+def test_strict_success_needs_the_task_finished_and_held_where_the_standard_does_not(
+    task_name: str, alter
+) -> None:
+    """The expert succeeds both ways, the strict success 0.5 s (25 ticks) after the standard
+    one; a cube that the left gripper touches in the air and then drops, or a peg that
+    touches the pin and is pulled out, is a standard success (gym-aloha's counts the first
+    touch) and not a strict one."""
+    expert = _expert_episode(task_name, 1000)
+    assert expert["success"] and expert["strict_success"], expert
+    assert expert["strict_success_step"] == expert["success_step"] + 24
+    assert expert["steps"] == expert["strict_success_step"]  # the episode ends there
+    loose = _expert_episode(task_name, 1000, alter)
+    assert loose["success"] and not loose["strict_success"], loose
+    assert loose["strict_success_step"] is None and loose["steps"] == aloha_tasks.MAX_STEPS

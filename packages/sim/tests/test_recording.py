@@ -30,7 +30,7 @@ def test_recorded_episodes_validate_and_declare_what_they_are(reach_episodes: Pa
     assert [e.embodiment for e in episodes] == ["sim/metaworld_sawyer"] * 2
     attrs = EpisodeReader(episodes[0].path).attrs
     assert attrs["seed"] == 0 and attrs["fps"] == 80.0 and attrs["task_name"] == "reach"
-    assert attrs["total_frames"] == attrs["success_step"] + LINGER + 1
+    assert attrs["total_frames"] == attrs["strict_success_step"] + LINGER + 1
 
 
 class ReplayPolicy:

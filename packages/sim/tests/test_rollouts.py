@@ -90,7 +90,7 @@ class GivingUp:
         self.steps += 1
         if self.steps == 3:
             raise RuntimeError("unstable accelerations")
-        return Step({"state": np.zeros(4), "images": {}, "prompt": ""}, 0.5, False, False)
+        return Step({"state": np.zeros(4), "images": {}, "prompt": ""}, 0.5, False, False, False)
 
 
 class Zeros:
@@ -122,19 +122,19 @@ def test_a_suite_is_its_tasks_in_order_and_its_summary_pools_them() -> None:
         f"metaworld/{t}-v3" for t in ("reach", "push", "pick-place")
     ]
     assert suite_tasks("metaworld/reach-v3") == ["metaworld/reach-v3"]
+
+    def won(seed: int, steps: int, total: float, strict: bool = True) -> Outcome:
+        return Outcome(seed, True, steps, total, success_step=steps, strict_success=strict,
+                       strict_success_step=steps if strict else None)  # fmt: skip
+
+    reach = [won(1, 10, 2.0), won(2, 30, 4.0, strict=False)]
+    push = [Outcome(1, False, 50, 1.0), won(2, 20, 3.0)]
     parts = {
-        "metaworld/reach-v3": summarise(
-            "metaworld/reach-v3",
-            "chunk",
-            [Outcome(1, True, 10, 2.0), Outcome(2, True, 30, 4.0)],
-            1.0,
-        ),
-        "metaworld/push-v3": summarise(
-            "metaworld/push-v3",
-            "chunk",
-            [Outcome(1, False, 50, 1.0), Outcome(2, True, 20, 3.0)],
-            3.0,
-        ),
+        name: summarise(name, "chunk", outcomes, seconds, limit=500, registered_steps=500)
+        for name, outcomes, seconds in (
+            ("metaworld/reach-v3", reach, 1.0),
+            ("metaworld/push-v3", push, 3.0),
+        )
     }
     for part in parts.values():
         part |= {"workers": 2, "videos": []}
@@ -142,7 +142,40 @@ def test_a_suite_is_its_tasks_in_order_and_its_summary_pools_them() -> None:
     assert (suite["episodes"], suite["successes"], suite["success_rate"]) == (4, 3, 0.75)
     assert suite["success_rate_per_task"] == {"metaworld/reach-v3": 1.0, "metaworld/push-v3": 0.5}
     assert suite["success_rate_wilson95"] == list(wilson_interval(3, 4))
+    assert suite["strict_success"]["successes"] == 2 and suite["strict_success_rate"] == 0.5
+    assert suite["strict_success_rate_per_task"] == {
+        "metaworld/reach-v3": 0.5,
+        "metaworld/push-v3": 0.5,
+    }
     assert suite["env_steps_per_s"] == 110 / 4.0 and suite["mean_return"] == 2.5
+
+
+def test_a_summary_counts_strict_successes_and_successes_within_the_registered_limit() -> None:
+    """Episodes run to 400 ticks: one strict success at 280 (standard at 256), one standard
+    success at 320 whose strict one never came (the right gripper kept the cube), one
+    failure. gym-aloha's 300-tick limit counts only the first; the expert took 290."""
+    from polymimic_sim.episodes import Outcome, summarise
+    from polymimic_sim.rollouts import describe
+
+    outcomes = [
+        Outcome(7, True, 280, 9.0, success_step=256, strict_success=True, strict_success_step=280),
+        Outcome(8, True, 400, 9.0, success_step=320),
+        Outcome(9, False, 400, 1.0),
+    ]
+    summary = summarise("aloha/transfer_cube", "chunk", outcomes, 2.0, limit=400,
+                        registered_steps=300, expert_steps=[290, 290])  # fmt: skip
+    assert (summary["successes"], summary["strict_success"]["successes"]) == (2, 1)
+    assert summary["strict_success"]["wilson95"] == list(wilson_interval(1, 3))
+    assert {n: r["successes"] for n, r in summary["success_at_steps"].items()} == {
+        "300": 1,
+        "400": 2,
+    }
+    assert summary["mean_steps_to_success"] == 288
+    assert summary["mean_steps_to_strict_success"] == 280
+    assert summary["expert_mean_steps_to_success"] == 290
+    assert summary["steps_to_success_vs_expert"] == 288 / 290
+    assert "2/3 succeeded" in describe(summary) and "strict 1" in describe(summary)
+    assert "1 within 300 steps" in describe(summary) and "(the expert 290)" in describe(summary)
 
 
 def test_rollouts_in_real_time_measure_the_delay_a_slower_model_makes(

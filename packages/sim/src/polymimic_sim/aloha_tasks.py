@@ -4,7 +4,23 @@ State is the 14 joint positions gym-aloha reports (per arm six joints, then the 
 normalised to 0 closed .. 1 open); actions are the 14 joint targets in the same units, at
 50 Hz. A seed draws the objects exactly as `gym_aloha.AlohaEnv.reset(seed=...)` does, so
 seed N here is seed N there. Success is gym-aloha's: the task's top reward (4), when the
-left gripper holds the cube in the air or the peg touches the socket's pin.
+left gripper holds the cube in the air or the peg touches the socket's pin, in any one tick
+(also when the right gripper never lets go of the cube: gym-aloha issue #4, ACT's own
+definition). Strict success asks for the task done, then kept done for half a second (25
+ticks in a row from the standard success's tick on):
+
+- transfer_cube: the cube off the table, between both fingers of the left gripper (a cube
+  lying on one finger, as one dropped after the touch can, is not held) and touched by no
+  part of the right arm (the hand-over finished), for 0.5 s in a row;
+- insertion: an end of the peg inside the socket's tube (by the two bodies' poses), neither
+  object on the table, for 0.5 s in a row. Not "both grippers released": ACT's scripted
+  expert (and so every demonstration) holds both objects to the end, so no policy could
+  learn a release; what a momentary touch of the pin does not prove, and this does, is a
+  peg that went in and stayed. Not the pin's contact for 0.5 s: a peg pushed home touches
+  the pin on and off (the expert's contact comes and goes).
+
+gym-aloha registers both tasks with a 300-step limit (`registered_steps`); episodes here may
+run 400 (`max_steps`, the scripts' length, as ACT and LeRobot evaluate).
 
 The scripted expert is ACT's recipe (Zhao et al. 2023) in our own code: waypoints for each
 gripper (approach, grasp, lift, hand over or insert, release) run in the end-effector
@@ -35,11 +51,19 @@ from polymimic_sim.rendering import (
     ensure_headless_rendering,
     render_cameras,
 )
-from polymimic_sim.task_types import MissingExtraError, Step, UnknownTaskError, observation_of
+from polymimic_sim.task_types import (
+    HeldFor,
+    MissingExtraError,
+    Step,
+    UnknownTaskError,
+    observation_of,
+)
 
 EMBODIMENT = "sim/aloha"
 DEFAULT_CAMERAS = ("top",)
 MAX_STEPS = 400  # the scripts' length (gym-aloha registers 300, too short for them)
+REGISTERED_STEPS = 300  # gym-aloha's max_episode_steps for both tasks
+HOLD_SECONDS = 0.5  # how long a strict success holds
 WELD_TORQUE_SCALE = 10.0
 PROMPTS = {
     "transfer_cube": "pick up the cube with the right arm and hand it to the left arm",
@@ -274,6 +298,62 @@ def scripted_joint_trajectory(task: str, seed: int) -> tuple[np.ndarray, float]:
     return targets, best
 
 
+def contact_pairs(physics: Any) -> set[frozenset[str]]:
+    """The pairs of geoms (by name, unordered) in contact now."""
+    model, data = physics.model, physics.data
+    return {
+        frozenset((model.id2name(c.geom1, "geom"), model.id2name(c.geom2, "geom")))
+        for c in (data.contact[i] for i in range(data.ncon))
+    }
+
+
+def _touching(contacts: set[frozenset[str]], name: str) -> set[str]:
+    """The geoms `name` touches."""
+    return {next(iter(pair - {name}), name) for pair in contacts if name in pair}
+
+
+LEFT_FINGERS = {f"vx300s_left/10_{side}_gripper_finger" for side in ("left", "right")}
+
+
+def _strict_transfer_cube(physics: Any, contacts: set[frozenset[str]]) -> bool:
+    """The cube in the air, in the left gripper's grasp, nothing of the right arm on it.
+
+    A grasp is both fingers on it: a cube lying on one finger is not held.
+    """
+    del physics  # contacts say it all
+    touching = _touching(contacts, "red_box")
+    right = any(name.startswith("vx300s_right/") for name in touching)
+    return touching >= LEFT_FINGERS and not right and "table" not in touching
+
+
+SOCKET_HALF_LENGTH, SOCKET_INNER, PEG_HALF_LENGTH = 0.06, 0.018, 0.06  # gym-aloha's XML (m)
+
+
+def _strict_insertion(physics: Any, contacts: set[frozenset[str]]) -> bool:
+    """An end of the peg inside the socket's tube, neither object on the table.
+
+    Geometric, not the pin's contact: a peg pushed home touches the pin on and off as the
+    grippers jiggle (the scripted expert's contact comes and goes), while it stays inside.
+    """
+    on_table = _touching(contacts, "table")
+    if "red_peg" in on_table or any(name.startswith("socket-") for name in on_table):
+        return False
+    data = physics.named.data
+    socket, rotation = np.asarray(data.xpos["socket"]), np.asarray(data.xmat["socket"])
+    peg, axis = np.asarray(data.xpos["peg"]), np.asarray(data.xmat["peg"]).reshape(3, 3)[:, 0]
+    for sign in (1.0, -1.0):  # each end, in the socket's frame (its tube along x)
+        end = (peg + sign * PEG_HALF_LENGTH * axis - socket) @ rotation.reshape(3, 3)
+        if abs(end[0]) < SOCKET_HALF_LENGTH and max(abs(end[1]), abs(end[2])) < SOCKET_INNER:
+            return True
+    return False
+
+
+STRICT: dict[str, Callable[[Any, set[frozenset[str]]], bool]] = {
+    "transfer_cube": _strict_transfer_cube,
+    "insertion": _strict_insertion,
+}
+
+
 def hide_mocap_sites(model: Any) -> None:
     """Make the mocap targets' marker sites invisible: a policy must not see its own command."""
     model.site_rgba[:, 3] = 0.0
@@ -289,6 +369,7 @@ class AlohaScene:
 
     family = "aloha"
     end_effector = False
+    fps: float  # each family's rate of observations and actions
 
     def __init__(
         self,
@@ -313,9 +394,11 @@ class AlohaScene:
         self.renderer = camera_renderer(
             self.model, self.name, self.mujoco_cameras(), image_size, cheap_rendering
         )
-        self.max_steps = MAX_STEPS
+        self.max_steps, self.registered_steps = MAX_STEPS, REGISTERED_STEPS
         self.seed: int | None = None
         self.steps = 0
+        self._held = HeldFor(1)  # made at each reset, from the family's fps
+        self._succeeded = False  # a standard success this episode
 
     def mujoco_cameras(self) -> list[str]:
         """The model's cameras that `render` draws (the episodes' cameras, by default)."""
@@ -336,10 +419,16 @@ class AlohaScene:
         return target
 
     def _ticked(self, reward: float) -> Step:
-        """One tick done: its Step (a success at the task's top reward)."""
+        """One tick done: its Step (a success at the task's top reward; strict: see the module)."""
         self.steps += 1
         success = reward >= self.env.task.max_reward
-        return Step(self._observation(), reward, success, self.steps >= self.max_steps)
+        self._succeeded = self._succeeded or success
+        physics = self.env.physics  # held from the standard success on: it comes first
+        strict = self._held.update(
+            self._succeeded and STRICT[self.task](physics, contact_pairs(physics))
+        )
+        done = self.steps >= self.max_steps
+        return Step(self._observation(), reward, success, done, strict_success=strict)
 
     def gripper_poses(self) -> np.ndarray:
         """(2, 7) world poses of the two grippers (left, right), xyz + quaternion."""
@@ -350,6 +439,8 @@ class AlohaScene:
     def _reset_scene(self, seed: int) -> Any:
         """Objects placed from `seed`, the simulator reset: its first time step."""
         self.seed, self.steps = int(seed), 0
+        self._held = HeldFor(max(1, round(HOLD_SECONDS * self.fps)))
+        self._succeeded = False
         self._poses[0] = object_poses(self.task, self.seed)
         return self.env.reset()
 

@@ -1,10 +1,13 @@
 """One closed-loop episode and a set of them: the types both rollout loops share.
 
 `EpisodeTally` counts an episode as it runs and gives its `Outcome` (with the jerk where
-chunks join, `boundary_jerk`); `summarise` turns outcomes into the plain-data summary
-(success rate with its 95% Wilson interval, mean return, steps to success, jerk);
+chunks join, `boundary_jerk`); `summarise` turns outcomes into the plain-data summary;
 `write_episode_video` frames an episode green or red. `rollouts` (one simulator) and
 `parallel` (several in lockstep) both build on these.
+
+An episode runs until the task's strict success (which comes with or after its standard
+one), its end, or the step limit: so one evaluation gives both rates, and the standard rate
+at any shorter limit (the task's registered one) from the tick each success came at.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_sim.task_types import Step
+from polymimic_sim.task_types import SimTask, Step
+from polymimic_sim.tasks import make_task
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 SUCCESS_COLOUR, FAILURE_COLOUR, BORDER = (0, 200, 0), (220, 0, 0), 3  # the videos' frames
@@ -41,11 +45,14 @@ class Outcome:
     """One closed-loop episode."""
 
     seed: int
-    success: bool
-    steps: int  # ticks run (to success, or to the end)
+    success: bool  # the task's standard success, at some tick
+    steps: int  # ticks run (to strict success, or to the end)
     total_return: float
     error: str | None = None  # what the simulator raised, when it gave up
     boundary_jerk: float | None = None  # mean |third difference| of actions at chunk joins
+    success_step: int | None = None  # the tick (1-based) of the first standard success
+    strict_success: bool = False
+    strict_success_step: int | None = None  # the tick its strict success was complete
 
 
 def boundary_jerk(actions: np.ndarray, switches: list[int]) -> float | None:
@@ -68,6 +75,7 @@ class EpisodeTally:
         self.seed, self.limit, self.ticks, self.total = seed, limit, 0, 0.0
         self.frames: list[np.ndarray] | None = [] if frames else None
         self.actions: list[np.ndarray] = []
+        self.success_step: int | None = None
 
     def observe(self, observation: Mapping[str, Any]) -> None:
         """Keep the frame of this tick (every camera, side by side) when a video is due."""
@@ -81,14 +89,56 @@ class EpisodeTally:
         if action is not None:
             self.actions.append(action)
         self.total += step.reward
-        if step.success or step.done or self.ticks >= self.limit:
-            return Outcome(self.seed, step.success, self.ticks, self.total)
+        if (step.success or step.strict_success) and self.success_step is None:
+            self.success_step = self.ticks  # a strict success is a standard one too
+        if step.strict_success or step.done or self.ticks >= self.limit:
+            return self._outcome(strict=step.strict_success)
         return None
 
     def crashed(self, error: str) -> Outcome:
-        """The simulator gave up during this tick's step: a failure."""
+        """The simulator gave up during this tick's step (a standard success before counts)."""
         self.ticks += 1
-        return Outcome(self.seed, False, self.ticks, self.total, error)
+        return self._outcome(strict=False, error=error)
+
+    def _outcome(self, *, strict: bool, error: str | None = None) -> Outcome:
+        return Outcome(
+            self.seed,
+            self.success_step is not None,
+            self.ticks,
+            self.total,
+            error,
+            success_step=self.success_step,
+            strict_success=strict,
+            strict_success_step=self.ticks if strict else None,
+        )
+
+
+_EXPERT_STEPS: dict[tuple[str, int, int], int | None] = {}  # (task, seed, limit): measured
+
+
+def expert_steps_to_success(task: SimTask | str, seeds: list[int], limit: int) -> list[int]:
+    """The scripted expert's ticks to (standard) success from each of `seeds`, within `limit`.
+
+    `task`: a task, or its name (made here only when a seed is not measured yet). A seed the
+    expert fails is left out. Measured once per task, seed and limit in a process (a
+    training callback evaluates again and again).
+    """
+    name = task if isinstance(task, str) else task.name
+    missing = [seed for seed in seeds if (name, seed, limit) not in _EXPERT_STEPS]
+    if missing:
+        made = make_task(task) if isinstance(task, str) else task
+        try:
+            for seed in missing:
+                made.reset(seed)
+                tally, outcome = EpisodeTally(seed, limit), None
+                while outcome is None:
+                    outcome = tally.add(made.step(made.expert_action()))
+                _EXPERT_STEPS[(name, seed, limit)] = outcome.success_step
+        finally:
+            if made is not task:
+                made.close()
+    measured = (_EXPERT_STEPS[(name, seed, limit)] for seed in seeds)
+    return [steps for steps in measured if steps is not None]
 
 
 def write_episode_video(
@@ -112,23 +162,68 @@ def write_episode_video(
     return write_video(folder / name, framed, fps)
 
 
-def summarise(task_name: str, executor: str, outcomes: list[Outcome], seconds: float) -> dict:
-    """The plain-data summary of a set of rollouts (see the module docstring)."""
+def rate(successes: int, episodes: int) -> dict[str, Any]:
+    """Successes of episodes: the count, the rate and its 95% Wilson interval."""
+    low, high = wilson_interval(successes, episodes)
+    return {"successes": successes, "rate": successes / episodes, "wilson95": [low, high]}
+
+
+def _mean(values: list[int]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarise(
+    task_name: str,
+    executor: str,
+    outcomes: list[Outcome],
+    seconds: float,
+    *,
+    limit: int,
+    registered_steps: int,
+    expert_steps: list[int] | None = None,
+) -> dict:
+    """The plain-data summary of a set of rollouts run to `limit` ticks at most.
+
+    The standard success rate with its 95% Wilson interval (`success_rate`,
+    `success_rate_wilson95`); the strict one (`strict_success_rate`, `strict_success`); the
+    standard rate at each of the task's registered limit and `limit` (`success_at_steps`,
+    by limit); mean ticks to success, standard and strict; `expert_steps`, the scripted
+    expert's ticks to success on some of the same seeds, their mean beside the policy's
+    (`steps_to_success_vs_expert`: the ratio); mean return, jerk, rates, every outcome.
+    """
     outcomes = sorted(outcomes, key=lambda o: o.seed)
-    successes = sum(o.success for o in outcomes)
-    low, high = wilson_interval(successes, len(outcomes))
-    to_success = [o.steps for o in outcomes if o.success]
+    episodes = len(outcomes)
+    standard = rate(sum(o.success for o in outcomes), episodes)
+    strict = rate(sum(o.strict_success for o in outcomes), episodes)
+    at_steps = {
+        str(n): rate(sum(o.success_step is not None and o.success_step <= n for o in outcomes),
+                      episodes)
+        for n in sorted({min(registered_steps, limit), limit})
+    }  # fmt: skip
+    to_success = _mean([o.success_step for o in outcomes if o.success_step is not None])
+    expert = _mean(expert_steps or [])
     steps = sum(o.steps for o in outcomes)
     jerks = [o.boundary_jerk for o in outcomes if o.boundary_jerk is not None]
     return {
         "task": task_name,
         "executor": executor,
-        "episodes": len(outcomes),
-        "successes": successes,
-        "success_rate": successes / len(outcomes),
-        "success_rate_wilson95": [low, high],
-        "mean_return": sum(o.total_return for o in outcomes) / len(outcomes),
-        "mean_steps_to_success": sum(to_success) / len(to_success) if to_success else None,
+        "episodes": episodes,
+        "successes": standard["successes"],
+        "success_rate": standard["rate"],
+        "success_rate_wilson95": standard["wilson95"],
+        "strict_success_rate": strict["rate"],
+        "strict_success": strict,
+        "step_limit": limit,
+        "registered_steps": registered_steps,
+        "success_at_steps": at_steps,
+        "mean_return": sum(o.total_return for o in outcomes) / episodes,
+        "mean_steps_to_success": to_success,
+        "mean_steps_to_strict_success": _mean(
+            [o.strict_success_step for o in outcomes if o.strict_success_step is not None]
+        ),
+        "expert_steps_to_success": expert_steps,
+        "expert_mean_steps_to_success": expert,
+        "steps_to_success_vs_expert": to_success / expert if to_success and expert else None,
         "mean_boundary_jerk": float(np.mean(jerks)) if jerks else None,
         "env_steps": steps,
         "seconds": seconds,

@@ -6,6 +6,10 @@ command in [-1, 1]. MetaWorld itself takes position deltas (scaled by its action
 clipped to [-1, 1]); the conversion is exact both ways, so a recorded episode replays
 step for step. Frames come from MuJoCo's renderer at the size asked for, no shadows and no
 multisampling (the same for recording and evaluation).
+
+Success is MetaWorld's own (`info["success"]`: the object at its goal, a state check, not a
+momentary contact); it is also the strict success, and the registered limit is the task's
+`max_path_length` (500), the one limit there is.
 """
 
 from __future__ import annotations
@@ -88,7 +92,7 @@ class MetaWorldTask:
         )
         self.expert = experts[task]()
         self.fps = float(self.sim.metadata["render_fps"])
-        self.max_steps = int(self.sim.max_path_length)
+        self.max_steps = self.registered_steps = int(self.sim.max_path_length)
         self.scale = float(self.sim.action_scale)
         self._raw: np.ndarray | None = None
         self.steps = 0
@@ -139,7 +143,8 @@ class MetaWorldTask:
         self._raw, reward, terminated, truncated, info = self.sim.step(command)
         self.steps += 1
         done = bool(terminated or truncated or self.steps >= self.max_steps)
-        return Step(self._observation(), float(reward), bool(info["success"]), done)
+        success = bool(info["success"])
+        return Step(self._observation(), float(reward), success, done, strict_success=success)
 
     def expert_action(self) -> np.ndarray:
         """MetaWorld's scripted expert, as an absolute target."""

@@ -41,6 +41,7 @@ from polymimic_sim.episodes import (
     EpisodeTally,
     Outcome,
     boundary_jerk,
+    expert_steps_to_success,
     summarise,
     write_episode_video,
 )
@@ -167,7 +168,10 @@ def evaluate_parallel(
                     for client in policies:
                         client.close()
         seconds = time.perf_counter() - start
-    summary = summarise(task_name, settings.executor, outcomes, seconds)
+        limit, registered_steps = settings.max_steps or tasks.max_steps, tasks.registered_steps
+    expert = expert_steps_to_success(task_name, settings.expert_seeds, limit)
+    summary = summarise(task_name, settings.executor, outcomes, seconds, limit=limit,
+                        registered_steps=registered_steps, expert_steps=expert)  # fmt: skip
     sizes = batcher.batch_sizes if batcher is not None else []
     return summary | {
         "workers": slots,

@@ -1,11 +1,13 @@
 """Scripted demonstrations recorded as episodes: `record(task, dest, episodes=50)`.
 
-Each episode runs the task's scripted expert from its own seed (`seed + i`) until it
-succeeds (then `linger` more frames, the task held) or its time runs out; only successful
-episodes are written, through polymimic-data's EpisodeWriter (atomic: an episode appears
-whole or not at all), declaring the task's embodiment, with the task as the prompt, the
-simulator's fps and the episode's seed in its attributes. An episode already there (a
-rerun after an interruption) is kept, not redone: recording resumes.
+Each episode runs the task's scripted expert from its own seed (`seed + i`) until its
+strict success (then `LINGER` more frames, the task held: the demonstrations show the task
+finished, e.g. the hand-over's release, not only its first touch) or its time runs out.
+Only episodes with a (standard) success are written, through polymimic-data's
+EpisodeWriter (atomic: an episode appears whole or not at all), declaring the task's
+embodiment, with the task as the prompt, the simulator's fps, the episode's seed and the
+ticks of its two successes in its attributes. An episode already there (a rerun after an
+interruption) is kept, not redone: recording resumes.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 
     observation = task.reset(seed)
     states, actions, frames = [], [], {c: [] for c in task.cameras}
     success_at: int | None = None
+    strict_at: int | None = None
     for tick in range(task.max_steps):
         action = task.expert_action()
         states.append(observation["state"])
@@ -81,16 +84,19 @@ def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 
             )
         step = task.step(action)
         observation = step.observation
-        if step.success and success_at is None:
+        if (step.success or step.strict_success) and success_at is None:
             success_at = tick
-        if step.done or (success_at is not None and tick >= success_at + LINGER):
+        if step.strict_success and strict_at is None:
+            strict_at = tick
+        if step.done or (strict_at is not None and tick >= strict_at + LINGER):
             break
     if success_at is None:
         return False
     declaration = task.declaration()
     check_declaration(declaration, source=str(path))
     metadata = {DECLARATION: declaration, "seed": int(seed), "sim_task": task.name,
-                "success_step": int(success_at)}  # fmt: skip
+                "success_step": int(success_at),
+                "strict_success_step": None if strict_at is None else int(strict_at)}  # fmt: skip
     with EpisodeWriter(
         path,
         embodiment=declaration["name"],

@@ -8,8 +8,9 @@ through a chunk executor of polymimic-serve, over any policy with openpi's clien
 suite, in process or in simulator workers (the one evaluation every command runs). An episode
 succeeds when the task says so; one whose simulator gives up (unstable physics) is a
 failure, never a crash. The summary holds the success rate with its 95% Wilson interval,
-the mean return, the mean steps to success, the mean jerk at chunk boundaries and every
-seed's outcome.
+the strict success rate, the rate at the task's registered step limit, the mean steps to
+success beside the scripted expert's on the same seeds (`expert_steps_to_success`), the mean
+return, the mean jerk at chunk boundaries and every seed's outcome.
 
 With `realtime`, the simulator is stepped at wall-clock rate (the task's fps) by
 polymimic-serve's `RealTimeRunner`: inference runs on a worker thread while the episode
@@ -36,6 +37,8 @@ from polymimic_sim.episodes import (
     EpisodeTally,
     Outcome,
     boundary_jerk,
+    expert_steps_to_success,
+    rate,
     summarise,
     wilson_interval,
     write_episode_video,
@@ -146,7 +149,12 @@ def evaluate(
     finally:
         if isinstance(runner, RealTimeRunner):
             runner.close()
-    summary = summarise(task.name, settings.executor, outcomes, time.perf_counter() - start)
+    limit = settings.max_steps or task.max_steps
+    summary = summarise(
+        task.name, settings.executor, outcomes, time.perf_counter() - start, limit=limit,
+        registered_steps=task.registered_steps,
+        expert_steps=expert_steps_to_success(task, settings.expert_seeds, limit),
+    )  # fmt: skip
     summary |= {"workers": 1, "videos": [str(p) for p in written]}
     summary |= {"realtime": settings.realtime, "inference_slowdown": settings.inference_slowdown}
     if isinstance(runner, RealTimeRunner):
@@ -270,6 +278,7 @@ def combine(suite: str, parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
     episodes = sum(p["episodes"] for p in parts.values())
     successes = sum(p["successes"] for p in parts.values())
     low, high = wilson_interval(successes, episodes)
+    strict = sum(p["strict_success"]["successes"] for p in parts.values())
     seconds = sum(p["seconds"] for p in parts.values())
     steps = sum(p["env_steps"] for p in parts.values())
     first = next(iter(parts.values()))
@@ -281,8 +290,13 @@ def combine(suite: str, parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
         "successes": successes,
         "success_rate": sum(p["success_rate"] for p in parts.values()) / len(parts),
         "success_rate_wilson95": [low, high],  # of the pooled episodes
+        "strict_success_rate": sum(p["strict_success_rate"] for p in parts.values()) / len(parts),
+        "strict_success": rate(strict, episodes),  # of the pooled episodes
         "mean_return": sum(p["mean_return"] for p in parts.values()) / len(parts),
         "success_rate_per_task": {name: p["success_rate"] for name, p in parts.items()},
+        "strict_success_rate_per_task": {
+            name: p["strict_success_rate"] for name, p in parts.items()
+        },
         "env_steps": steps,
         "seconds": seconds,
         "env_steps_per_s": steps / seconds if seconds > 0 else None,
@@ -292,9 +306,26 @@ def combine(suite: str, parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
 
 
 def describe(summary: Mapping[str, Any]) -> str:
-    """One line: successes, rate and its 95% interval."""
+    """One line: successes, rate and its 95% interval.
+
+    Then, where the summary has them: strict successes, successes within the registered
+    limit, steps to success against the expert's.
+    """
     low, high = summary["success_rate_wilson95"]
-    return (
+    line = (
         f"{summary['task']}: {summary['successes']}/{summary['episodes']} succeeded "
         f"({summary['success_rate']:.0%}, 95% interval {low:.0%}-{high:.0%})"
     )
+    strict = summary.get("strict_success")
+    if strict is not None:
+        s_low, s_high = strict["wilson95"]
+        line += f"; strict {strict['successes']} ({s_low:.0%}-{s_high:.0%})"
+    at_steps = summary.get("success_at_steps") or {}
+    registered = str(summary.get("registered_steps"))
+    if registered in at_steps and registered != str(summary.get("step_limit")):
+        line += f"; {at_steps[registered]['successes']} within {registered} steps"
+    if summary.get("mean_steps_to_success") is not None:
+        line += f"; {summary['mean_steps_to_success']:.0f} steps to success"
+        if summary.get("expert_mean_steps_to_success") is not None:
+            line += f" (the expert {summary['expert_mean_steps_to_success']:.0f})"
+    return line

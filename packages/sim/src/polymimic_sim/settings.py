@@ -30,7 +30,9 @@ class RolloutSettings:
     the task's limit); `workers` simulator processes with the policy batched across them;
     `via_server`: through the websocket server, as a robot would; mp4s of the first
     `videos` episodes where a folder is given; `realtime`: one simulator at wall-clock rate,
-    inference beside it, `inference_slowdown` times slower.
+    inference beside it, `inference_slowdown` times slower; `expert_episodes`: on the first
+    that many seeds the scripted expert runs too, its ticks to success the summary's
+    yardstick (0: none; measured once per task, seed and limit in a process).
     """
 
     episodes: int = 50
@@ -44,10 +46,12 @@ class RolloutSettings:
     progress: bool = True
     realtime: bool = False
     inference_slowdown: float = 1.0
+    expert_episodes: int = 3
 
     def __post_init__(self) -> None:
         """ValueError naming the first option that cannot work."""
-        for name, lowest in (("episodes", 1), ("workers", 1), ("videos", 0), ("seed", 0)):
+        for name, lowest in (("episodes", 1), ("workers", 1), ("videos", 0), ("seed", 0),
+                             ("expert_episodes", 0)):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
                 raise ValueError(f"{name}: an integer >= {lowest}, got {value!r}")
@@ -81,6 +85,11 @@ class RolloutSettings:
     def seeds(self) -> list[int]:
         """The episodes' seeds: seed, seed+1, ..."""
         return [self.seed + i for i in range(self.episodes)]
+
+    @property
+    def expert_seeds(self) -> list[int]:
+        """The seeds the scripted expert runs on too: the first `expert_episodes`."""
+        return self.seeds[: self.expert_episodes]
 
     @classmethod
     def names(cls) -> list[str]:

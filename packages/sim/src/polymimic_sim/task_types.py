@@ -27,8 +27,9 @@ class Step:
 
     observation: dict[str, Any]
     reward: float
-    success: bool
+    success: bool  # the task's standard success (what ACT, LeRobot and gym-aloha count)
     done: bool  # the episode ended (its time limit, or the simulator gave up)
+    strict_success: bool  # the task's strict success (see the family), else as `success`
 
 
 class SimTask(Protocol):
@@ -37,7 +38,8 @@ class SimTask(Protocol):
     name: str
     embodiment: str
     fps: float
-    max_steps: int
+    max_steps: int  # ticks an episode may run here
+    registered_steps: int  # the step limit its reference registers (gym-aloha's: 300)
     prompt: str
     cameras: list[str]
 
@@ -69,3 +71,21 @@ class SimTask(Protocol):
 def observation_of(state: np.ndarray, images: Mapping[str, np.ndarray], prompt: str) -> dict:
     """An observation in polymimic-serve's form."""
     return {"state": np.asarray(state, np.float32), "images": dict(images), "prompt": prompt}
+
+
+class HeldFor:
+    """Whether a condition has held for `ticks` ticks in a row (a strict success's test)."""
+
+    def __init__(self, ticks: int) -> None:
+        if ticks < 1:
+            raise ValueError(f"ticks: a positive number, got {ticks}")
+        self.ticks, self.count = ticks, 0
+
+    def reset(self) -> None:
+        """A new episode: nothing held yet."""
+        self.count = 0
+
+    def update(self, condition: bool) -> bool:
+        """One tick of `condition`: True once it has held `ticks` ticks in a row."""
+        self.count = self.count + 1 if condition else 0
+        return self.count >= self.ticks

@@ -31,7 +31,8 @@ def _serve_task(conn: Connection, name: str, image_size: Sequence[int], cameras:
     except Exception as exc:  # the parent raises it (a missing extra, a bad name)
         conn.send(("error", exc))
         return
-    conn.send(("ready", {"fps": task.fps, "max_steps": task.max_steps}))
+    conn.send(("ready", {"fps": task.fps, "max_steps": task.max_steps,
+                         "registered_steps": task.registered_steps}))  # fmt: skip
     try:
         while True:
             command, argument = conn.recv()
@@ -75,6 +76,7 @@ class TaskWorkers:
             self.close()
             raise
         self.fps, self.max_steps = float(infos[0]["fps"]), int(infos[0]["max_steps"])
+        self.registered_steps = int(infos[0]["registered_steps"])
 
     def _receive(self, slot: int) -> Any:
         try:

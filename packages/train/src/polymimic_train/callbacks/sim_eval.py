@@ -3,10 +3,10 @@
 After every `every_n_validations`-th validation (0, the default, is off), the policy as
 it stands acts in the simulated task for a few episodes (polymimic-sim, the
 `polymimic-train[sim]` extra), from the same held-out seeds each time, and the success
-rate is logged as `sim/<task>/success_rate` (with `sim/<task>/mean_return`) at the
-training step, beside the offline metrics; each summary is also written to
-`sim/<task>/step<N>.json` in the run directory. The task defaults to the one the data
-config names (`data.sim_task`, set by the `sim_*` data configs).
+rate is logged as `sim/<task>/success_rate` (with `sim/<task>/strict_success_rate` and
+`sim/<task>/mean_return`) at the training step, beside the offline metrics; each summary
+is also written to `sim/<task>/step<N>.json` in the run directory. The task defaults to
+the one the data config names (`data.sim_task`, set by the `sim_*` data configs).
 
 Rank 0 runs the rollouts (the other ranks wait at their next collective). The policy is
 used in place, in eval mode, and put back in training mode after.
@@ -113,10 +113,11 @@ class SimEval(pl.Callback):
         step = trainer.global_step
         self.summaries.append(summary)
         prefix = f"sim/{self.task_name}"
-        metrics = {f"{prefix}/success_rate": summary["success_rate"],
-                   f"{prefix}/mean_return": summary["mean_return"]}  # fmt: skip
-        per_task = summary.get("success_rate_per_task", {})  # a suite: each of its tasks
-        metrics |= {f"sim/{name}/success_rate": rate for name, rate in per_task.items()}
+        metrics = {f"{prefix}/{key}": summary[key]
+                   for key in ("success_rate", "strict_success_rate", "mean_return")}  # fmt: skip
+        for key in ("success_rate", "strict_success_rate"):  # a suite: each of its tasks
+            per_task = summary.get(f"{key}_per_task", {})
+            metrics |= {f"sim/{name}/{key}": rate for name, rate in per_task.items()}
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
         write_json_atomic(Path(trainer.default_root_dir) / prefix / f"step{step:06d}.json", summary)
