@@ -212,12 +212,14 @@ def main() -> None:
     start = time.perf_counter()
     report = record(opts.task, work / "robot", episodes=max(counts))
     emit("robot_record_s", time.perf_counter() - start, "s", episodes=max(counts),
+         written=len(report.written), kept=len(report.kept),
          expert_success=report.success_rate)  # fmt: skip
     hands = work / "hands"
     if {"cotrain", "pretrain", "shuffled"} & set(arms):
         start = time.perf_counter()
         report = record(f"hands/{name}", hands, episodes=opts.hands_demos, seed=HANDS_SEED)
         emit("hands_record_s", time.perf_counter() - start, "s", episodes=opts.hands_demos,
+             written=len(report.written), kept=len(report.kept),
              expert_success=report.success_rate)  # fmt: skip
     # the robot's task (and the hands' twin of it) where the configs name transfer cube's
     tasks = [f"data.sim_task={opts.task}"]
