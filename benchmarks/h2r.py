@@ -114,7 +114,7 @@ def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
         f"trainer.max_steps={opts.steps}", "trainer.enable_progress_bar=false",
         f"hydra.run.dir={runs}", "+model.shared_stems.front_1=image", *opts.train_args,
     ]  # fmt: skip
-    seconds = 0.0 if _finished(runs) else _run(train, work / "hands_pretrain.train.log")
+    seconds = 0.0 if _finished(runs, opts.steps) else _run(train, work / "hands_pretrain.train.log")
     emit("hands_pretrain_s", seconds, "s", steps=opts.steps, command=" ".join(train))
     parts_dir = work / "hands_pretrain_parts"
     parts_dir.mkdir(exist_ok=True)
@@ -128,14 +128,22 @@ def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
     return [f"hydra.searchpath=[file://{work / 'configs'}]", "model=h2r_pretrained"]
 
 
-def _finished(run_dir: Path) -> bool:
-    """Whether the training run in `run_dir` finished.
+def _finished(run_dir: Path, steps: int) -> bool:
+    """Whether the training run in `run_dir` finished (its `steps`, or exit naming both).
 
     An interrupted one is trained again: the app resumes it from its last checkpoint
     (resume=auto), so no half-trained cell is evaluated.
     """
+    from omegaconf import OmegaConf
+
     record = run_dir / "run.json"
-    return record.exists() and json.loads(record.read_text()).get("state") == "finished"
+    if not (record.exists() and json.loads(record.read_text()).get("state") == "finished"):
+        return False
+    trained = OmegaConf.load(run_dir / "config.yaml").trainer.max_steps
+    if trained != steps:
+        sys.exit(f"{run_dir} trained {trained} steps, not --steps {steps}: use another "
+                 "--workdir for another budget (a cell's name is its arm and N)")  # fmt: skip
+    return True
 
 
 def _run(args: list[str], log: Path) -> float:
@@ -158,7 +166,7 @@ def train_and_evaluate(cell: str, roots: list[Path], data: str, work: Path,
         "trainer.enable_progress_bar=false", f"hydra.run.dir={runs}", *extra, *opts.train_args,
     ]  # fmt: skip
     checkpoint = runs / "checkpoints" / "last.ckpt"
-    train_s = 0.0 if _finished(runs) else _run(train, work / f"{cell}.train.log")
+    train_s = 0.0 if _finished(runs, opts.steps) else _run(train, work / f"{cell}.train.log")
     out = work / "eval" / cell
     evaluate = [
         str(Path(sys.executable).with_name("polymimic-sim")), "evaluate", str(checkpoint),
