@@ -391,8 +391,9 @@ class AlohaScene:
         if self.end_effector:
             hide_mocap_sites(self.model)
         self.cameras = list(cameras or DEFAULT_CAMERAS)
+        self.image_size = tuple(int(v) for v in image_size)
         self.renderer = camera_renderer(
-            self.model, self.name, self.mujoco_cameras(), image_size, cheap_rendering
+            self.model, self.name, self.mujoco_cameras(), self.image_size, cheap_rendering
         )
         self.max_steps, self.registered_steps = MAX_STEPS, REGISTERED_STEPS
         self.seed: int | None = None

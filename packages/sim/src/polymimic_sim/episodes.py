@@ -89,8 +89,8 @@ class EpisodeTally:
         if action is not None:
             self.actions.append(action)
         self.total += step.reward
-        if (step.success or step.strict_success) and self.success_step is None:
-            self.success_step = self.ticks  # a strict success is a standard one too
+        if step.success and self.success_step is None:
+            self.success_step = self.ticks  # a task's strict success comes with or after it
         if step.strict_success or step.done or self.ticks >= self.limit:
             return self._outcome(strict=step.strict_success)
         return None

@@ -138,7 +138,6 @@ class HandsTask(AlohaScene):
         draw_as_hands(self.model)
         self.camera_id = self.model.camera(MUJOCO_CAMERA).id
         self.fovy = float(self.model.cam_fovy[self.camera_id])
-        self.image_size = tuple(int(v) for v in options.get("image_size", (96, 128)))
         self.fps = FPS
         self.max_steps = int(MAX_STEPS * (1 + TIMING) / TICKS_PER_FRAME)
         self._rng = np.random.default_rng(0)

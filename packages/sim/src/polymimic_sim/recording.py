@@ -84,7 +84,7 @@ def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 
             )
         step = task.step(action)
         observation = step.observation
-        if (step.success or step.strict_success) and success_at is None:
+        if step.success and success_at is None:
             success_at = tick
         if step.strict_success and strict_at is None:
             strict_at = tick
