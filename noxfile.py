@@ -25,7 +25,7 @@ PACKAGES = ("data", "policies", "strategies", "eval", "serve", "sim", "train")
 PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider")
 ROOT = Path(__file__).resolve().parent
 nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "matrix", "tests-slurm"]
-nox.options.sessions += ["lint", "typecheck"]
+nox.options.sessions += ["gate-sim", "lint", "typecheck"]
 
 
 def sync(session: nox.Session, *args: str) -> None:
@@ -120,6 +120,19 @@ def tests_slurm(session: nox.Session) -> None:
         session.run("apt-get", "install", "-y", "-qq", *SLURM_PACKAGES, external=True, env=env)
     sync(session, "--all-packages", "--all-extras")
     session.run(*PYTEST, "tests/slurm", *session.posargs)
+
+
+@nox.session(name="gate-sim")
+def gate_sim(session: nox.Session) -> None:
+    """The closed-loop gate: a policy trained from scratch must still do its task.
+
+    Records scripted demonstrations, trains a small policy for a fixed budget and fails when
+    the lower end of its success rate's 95% interval falls below the threshold set from
+    clean runs (benchmarks/gate_sim.py; `-- --plant NAME` plants a regression it must
+    catch, `-- --runs 20` measures the false-alarm rate).
+    """
+    sync(session, "--all-packages", "--all-extras")
+    session.run("python", "benchmarks/gate_sim.py", *session.posargs)
 
 
 @nox.session

@@ -114,7 +114,9 @@ def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
         f"trainer.max_steps={opts.steps}", "trainer.enable_progress_bar=false",
         f"hydra.run.dir={runs}", "+model.shared_stems.front_1=image", *opts.train_args,
     ]  # fmt: skip
-    seconds = 0.0 if _finished(runs, opts.steps) else _run(train, work / "hands_pretrain.train.log")
+    seconds = (
+        0.0 if finished_run(runs, opts.steps) else _run(train, work / "hands_pretrain.train.log")
+    )
     emit("hands_pretrain_s", seconds, "s", steps=opts.steps, command=" ".join(train))
     parts_dir = work / "hands_pretrain_parts"
     parts_dir.mkdir(exist_ok=True)
@@ -128,7 +130,7 @@ def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
     return [f"hydra.searchpath=[file://{work / 'configs'}]", "model=h2r_pretrained"]
 
 
-def _finished(run_dir: Path, steps: int) -> bool:
+def finished_run(run_dir: Path, steps: int) -> bool:
     """Whether the training run in `run_dir` finished (its `steps`, or exit naming both).
 
     An interrupted one is trained again: the app resumes it from its last checkpoint
@@ -166,7 +168,7 @@ def train_and_evaluate(cell: str, roots: list[Path], data: str, work: Path,
         "trainer.enable_progress_bar=false", f"hydra.run.dir={runs}", *extra, *opts.train_args,
     ]  # fmt: skip
     checkpoint = runs / "checkpoints" / "last.ckpt"
-    train_s = 0.0 if _finished(runs, opts.steps) else _run(train, work / f"{cell}.train.log")
+    train_s = 0.0 if finished_run(runs, opts.steps) else _run(train, work / f"{cell}.train.log")
     out = work / "eval" / cell
     evaluate = [
         str(Path(sys.executable).with_name("polymimic-sim")), "evaluate", str(checkpoint),
