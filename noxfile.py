@@ -128,8 +128,8 @@ def gate_sim(session: nox.Session) -> None:
 
     Records scripted demonstrations, trains a small policy for a fixed budget and fails when
     the lower end of its success rate's 95% interval falls below the threshold set from
-    clean runs (benchmarks/gate_sim.py; `-- --plant NAME` plants a regression it must
-    catch, `-- --runs 20` measures the false-alarm rate).
+    clean runs (benchmarks/gate_sim.py; `-- --plant NAME` plants a regression, `-- --runs
+    20` measures the false-alarm rate).
     """
     sync(session, "--all-packages", "--all-extras")
     session.run("python", "benchmarks/gate_sim.py", *session.posargs)

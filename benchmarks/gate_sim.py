@@ -2,14 +2,14 @@
 
     python benchmarks/gate_sim.py [--seed 0] [--runs 1] [--plant NAME] [--workdir DIR]
 
-Every offline test passes when a change shifts the actions by a step, swaps an image's
-channels or forgets to undo the action normalisation; only a policy acting in its task shows
-it. From scratch each run: `--demos` scripted demonstrations of MetaWorld's button press
-(seeds 0 on, 48x64), a small HPT trained `--steps` steps from training seed `--seed`, and
-`--episodes` closed-loop episodes on held-out seeds (1000 on). The run passes when the lower
-end of the success rate's 95% Wilson interval is at least `--threshold`, which was set
-from clean runs (the sim README has the measurements: clean passes and false alarms over
-training seeds, and the planted regressions that fail).
+Every offline test passes when a change forgets to undo the action normalisation or feeds
+the policy black frames; only a policy acting in its task shows it. From scratch each run:
+`--demos` scripted demonstrations of MetaWorld's button press (seeds 0 on, 48x64), a small
+HPT trained `--steps` steps from training seed `--seed`, and `--episodes` closed-loop
+episodes on held-out seeds (1000 on). The run passes when the lower end of the success
+rate's 95% Wilson interval is at least `--threshold`, which was set from clean runs (the sim
+README has the measurements: clean passes and false alarms over training seeds, and the
+planted regressions that fail).
 
 Why button press: of the tasks with a goal placed by the seed, it learns fastest on a CPU
 (every clean run so far: 30 of 30 from 400 steps at 48x64), and a gate run takes about
@@ -36,7 +36,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -52,24 +52,16 @@ IMAGE_SIZE = (48, 64)
 EVAL_SEED = 1000
 
 
-def _flip_images(dims: tuple[int, ...]) -> contextlib.AbstractContextManager[Any]:
+def _images_changed(
+    change: Callable[[torch.Tensor], torch.Tensor],
+) -> contextlib.AbstractContextManager[Any]:
+    """Every image the policy is given, (B, 3, H, W) uint8, passed through `change`."""
     from polymimic_serve import TrainedPolicy
 
     original = TrainedPolicy.image_tensor
 
     def image_tensor(self: Any, camera: str, frames: Any, batched: bool = False) -> torch.Tensor:
-        return original(self, camera, frames, batched).flip(dims).contiguous()
-
-    return mock.patch.object(TrainedPolicy, "image_tensor", image_tensor)
-
-
-def _black_images() -> contextlib.AbstractContextManager[Any]:
-    from polymimic_serve import TrainedPolicy
-
-    original = TrainedPolicy.image_tensor
-
-    def image_tensor(self: Any, camera: str, frames: Any, batched: bool = False) -> torch.Tensor:
-        return torch.zeros_like(original(self, camera, frames, batched))
+        return change(original(self, camera, frames, batched)).contiguous()
 
     return mock.patch.object(TrainedPolicy, "image_tensor", image_tensor)
 
@@ -109,15 +101,15 @@ PLANTS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[Any]
     ),
     "channels_swapped": (
         "images reach the model as BGR (trained on RGB)",
-        lambda: _flip_images((1,)),
+        lambda: _images_changed(lambda images: images.flip(1)),
     ),
     "image_mirrored": (
         "images reach the model mirrored left to right (a camera's orientation lost)",
-        lambda: _flip_images((3,)),
+        lambda: _images_changed(lambda images: images.flip(3)),
     ),
     "black_images": (
         "the camera's frames arrive black (a feed lost, a wrong key read as zeros)",
-        _black_images,
+        lambda: _images_changed(torch.zeros_like),
     ),
     "actions_one_step_late": (
         "each chunk's actions are one step late (the action window off by one)",
@@ -146,15 +138,6 @@ def train(demos: Path, run_dir: Path, seed: int, steps: int) -> dict[str, Any]:
         return polymimic_train.run(cfg)
 
 
-@contextlib.contextmanager
-def planted(name: str | None) -> Iterator[None]:
-    if name is None:
-        yield
-        return
-    with PLANTS[name][1]():
-        yield
-
-
 def gate_run(opts: argparse.Namespace, demos: Path, seed: int) -> dict[str, Any]:
     """Train from `seed`, evaluate (with the plant, if any): the run's figures."""
     from polymimic_sim import RolloutSettings, evaluate_checkpoint
@@ -170,12 +153,12 @@ def gate_run(opts: argparse.Namespace, demos: Path, seed: int) -> dict[str, Any]
     settings = RolloutSettings(episodes=opts.episodes, seed=EVAL_SEED, workers=2, videos=0,
                                progress=False, expert_episodes=0)  # fmt: skip
     start = time.perf_counter()
-    with planted(opts.plant):
+    with PLANTS[opts.plant][1]() if opts.plant else contextlib.nullcontext():
         rollouts = evaluate_checkpoint(run_dir / "checkpoints" / "last.ckpt", TASK, settings)
     low, high = rollouts["success_rate_wilson95"]
     return {
         "seed": seed, "plant": opts.plant, "passed": low >= opts.threshold,
-        "successes": sum(o["success"] for o in rollouts["outcomes"]),
+        "successes": rollouts["successes"],
         "episodes": opts.episodes, "wilson95": [round(low, 4), round(high, 4)],
         "threshold": opts.threshold, "mean_steps_to_success": rollouts["mean_steps_to_success"],
         "val_action_error": summary.get("val_action_error"), "train_s": round(train_s, 1),

@@ -136,15 +136,14 @@ def finished_run(run_dir: Path, steps: int) -> bool:
     An interrupted one is trained again: the app resumes it from its last checkpoint
     (resume=auto), so no half-trained cell is evaluated.
     """
-    from omegaconf import OmegaConf
+    from polymimic_train.runs.run_dirs import read_record
 
-    record = run_dir / "run.json"
-    if not (record.exists() and json.loads(record.read_text()).get("state") == "finished"):
+    record = read_record(run_dir)
+    if record.get("state") != "finished":
         return False
-    trained = OmegaConf.load(run_dir / "config.yaml").trainer.max_steps
-    if trained != steps:
-        sys.exit(f"{run_dir} trained {trained} steps, not --steps {steps}: use another "
-                 "--workdir for another budget (a cell's name is its arm and N)")  # fmt: skip
+    if record.get("steps") != steps:
+        sys.exit(f"{run_dir} trained {record.get('steps')} steps, not --steps {steps}: "
+                 "use another --workdir for another budget (a cell is its arm and N)")  # fmt: skip
     return True
 
 
