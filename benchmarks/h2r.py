@@ -136,7 +136,7 @@ def finished_run(run_dir: Path, steps: int) -> bool:
     An interrupted one is trained again: the app resumes it from its last checkpoint
     (resume=auto), so no half-trained cell is evaluated.
     """
-    from polymimic_train.runs.run_dirs import read_record
+    from polymimic_train import read_record
 
     record = read_record(run_dir)
     if record.get("state") != "finished":
