@@ -93,6 +93,7 @@ data = {
     "state": torch.randn(batch, spec["history"], spec["state_dim"], device=device),
     "actions": torch.randn(batch, spec["horizon"], spec["action_dim"], device=device),
     "action_mask": torch.ones(batch, spec["horizon"], dtype=torch.bool, device=device),
+    "action_anchor": torch.randn(batch, 1, spec["action_dim"], device=device),  # residual actions
     "prompt": ["reach the red and blue targets"] * batch,
 }
 autocast = torch.autocast(device, dtype=getattr(torch, dtype), enabled=dtype != "float32")

@@ -38,13 +38,38 @@ def test_normalise_then_denormalise_is_identity(mode: str) -> None:
 
 def test_rot6d_is_not_normalised_and_degenerate_channels_pass_through() -> None:
     values = np.random.default_rng(0).normal(3.0, 2.0, (200, 9))
-    values[:, 8] = 0.5  # a constant gripper
-    with pytest.warns(UserWarning, match=r"grip\[0\]"):
+    values[:, 8] = 0.5 + 5e-5 * np.random.default_rng(1).normal(size=200)  # a gripper at rest
+    with pytest.warns(UserWarning) as caught:
         norm = Normalizer({"e": _stats(values)}, {"e": LAYOUT})
+    assert sorted(str(w.message) for w in caught) == [
+        f"test {what}: channels ['grip[0]'] are (nearly) constant; they pass through unnormalised"
+        for what in ("action", "state")
+    ]
     x = torch.tensor(values[:4], dtype=torch.float32)
-    out = norm.normalize_actions("e", x)
-    torch.testing.assert_close(out[:, 2:], x[:, 2:])
-    assert torch.isfinite(out).all()
+    for out in (norm.normalize_actions("e", x), norm.normalize_state("e", x)):
+        torch.testing.assert_close(out[:, 2:], x[:, 2:])
+        assert torch.isfinite(out).all()
+
+
+def test_an_action_channel_that_never_moves_is_held_at_its_value() -> None:
+    """A head is accurate to a fraction of a unit; unnormalised, a unit is a metre."""
+    values = np.random.default_rng(0).normal(3.0, 2.0, (200, 9))
+    values[:, 0] = 0.1  # ALOHA's left arm keeps y at exactly 0.1 m
+    with pytest.warns(UserWarning) as caught:
+        norm = Normalizer({"e": _stats(values)}, {"e": LAYOUT})
+    assert sorted(str(w.message) for w in caught) == [
+        "test action: channels ['pos[0]'] are (nearly) constant; they are held at that value",
+        "test state: channels ['pos[0]'] are (nearly) constant; they pass through unnormalised",
+    ]
+    x = torch.tensor(values[:4], dtype=torch.float32)
+    normalised = norm.normalize_actions("e", x)
+    assert torch.isfinite(normalised).all() and normalised[:, 0].abs().max() < 1e-6
+    head_off_by_a_lot = normalised + torch.linspace(-0.5, 0.5, 9)
+    back = norm.denormalize_actions("e", head_off_by_a_lot)
+    torch.testing.assert_close(back[:, 0], torch.full((4,), 0.1))
+    torch.testing.assert_close(norm.denormalize_actions("e", normalised)[:, 1:], x[:, 1:])
+    state = norm.normalize_state("e", x)  # the state's channel passes through (an input)
+    torch.testing.assert_close(state[:, 0], x[:, 0])
 
 
 def test_statistics_are_cached_and_reused(eva_root: Path, tmp_path: Path, monkeypatch) -> None:

@@ -56,6 +56,8 @@ def batch(embodiment: str, size: int = 3, seed: int = 1) -> dict:
         "actions": torch.randn(size, spec["horizon"], spec["action_dim"], generator=g),
         "action_mask": torch.ones(size, spec["horizon"], dtype=torch.bool),
         "prompt": ["pick up the cup", "", "fold"][:size],
+        # the latest state in the actions' units (the Normalizer's), for residual actions
+        "action_anchor": torch.randn(size, 1, spec["action_dim"], generator=g),
     }
 
 
@@ -201,7 +203,7 @@ def test_residual_actions_are_relative_to_the_latest_state() -> None:
         torch.nn.init.zeros_(layer.weight)
         torch.nn.init.zeros_(layer.bias)
     data = batch("eva_bimanual")
-    expected = data["state"][:, -1:].expand(-1, 4, -1)
+    expected = data["action_anchor"].expand(-1, 4, -1)
     torch.testing.assert_close(model.sample_actions(data), expected)  # holding still
     with pytest.raises(ValueError, match=r"residual_actions: .*\['aria_bimanual'\]"):
         HPTPolicy(

@@ -2,7 +2,8 @@
 
 Stems are per (embodiment, modality) or shared by name; heads per embodiment or shared.
 With `residual_actions`, heads model the chunk relative to the latest state (state and
-actions of one layout), so holding still is the easiest thing to learn, not the hardest.
+actions of one layout), so holding still is the easiest thing to learn, not the hardest;
+the state comes in the actions' units, as the batch's `action_anchor`.
 Built on the CPU and never choosing a device; every dimension and channel group comes in
 as plain numbers and names. A batch's tokens: each stem's latent tokens plus its slot's
 modality embedding, then the embodiment's learned readout tokens; the trunk attends over
@@ -345,8 +346,23 @@ class HPTPolicy(nn.Module):
         return self.heads[self.head_of[embodiment]]  # type: ignore[return-value]
 
     def _anchor(self, batch: Mapping[str, Any]) -> torch.Tensor | float:
-        """What actions are predicted relative to: the latest state, or nothing."""
-        return batch["state"][:, -1:] if self.residual_actions else 0.0
+        """What actions are predicted relative to: the latest state, or nothing.
+
+        The state in the actions' units: `batch["action_anchor"]` (B, 1, A), which the
+        Normalizer writes. `batch["state"]` is normalised with the state's own statistics,
+        which differ, and a head would have to learn to undo the difference.
+        """
+        if not self.residual_actions:
+            return 0.0
+        anchor = batch.get("action_anchor")
+        want = (batch["state"].shape[0], 1, self._spec(batch["embodiment"]).action_dim)
+        if anchor is None or tuple(anchor.shape) != want:
+            got = "missing" if anchor is None else f"got {tuple(anchor.shape)}"
+            raise ValueError(
+                f"batch['action_anchor']: residual_actions needs the latest state normalised "
+                f"as an action, {want} (Normalizer.normalize_batch writes it); {got}"
+            )
+        return anchor
 
     def head_inputs(self, batch: Mapping[str, Any]) -> tuple[Any, ...]:
         """What a head reads of a batch, before the actions: the trunk's tokens (RDT: more)."""

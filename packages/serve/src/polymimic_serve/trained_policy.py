@@ -105,7 +105,8 @@ class TrainedPolicy:
             tensor = resize_uint8(tensor, self.image_size, by_channel=True)
         return tensor.contiguous()
 
-    def _state(self, state: np.ndarray, batched: bool) -> torch.Tensor:
+    def _state(self, state: np.ndarray, batched: bool) -> dict[str, torch.Tensor]:
+        """The state normalised, with its latest step as an action (`action_anchor`)."""
         with np.errstate(over="ignore"):
             array = np.asarray(state, dtype=np.float32)
         want = (self.history, self.layout.dim)
@@ -119,7 +120,7 @@ class TrainedPolicy:
                 "observation state: every value must be finite as float32 (the model's dtype)"
             )
         tensor = torch.from_numpy(array if batched else array[None]).to(self.device)
-        return self.normalizer.normalize_state(self.embodiment, tensor)
+        return self.normalizer.normalize_observation(self.embodiment, tensor)
 
     @property
     def can_inpaint(self) -> bool:
@@ -227,18 +228,19 @@ class TrainedPolicy:
             raise ValueError(
                 f"observation: unknown keys {sorted(unknown)}; use images, state, prompt"
             )
-        state = self._state(observation["state"], batched)
-        prompt = observation.get("prompt", [""] * len(state) if batched else "")
+        normalised = self._state(observation["state"], batched)
+        size = len(normalised["state"])
+        prompt = observation.get("prompt", [""] * size if batched else "")
         batch = {
             "embodiment": self.embodiment,
-            "state": state,
+            **normalised,
             "prompt": list(prompt) if batched else [prompt],
             **self._images(observation["images"], batched),
         }
         if noise is None:
-            shape = (len(state), self.horizon, self.layout.dim)
+            shape = (size, self.horizon, self.layout.dim)
             noise = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-        prefix = self._prefix(continuations, len(state))
+        prefix = self._prefix(continuations, size)
         chunk = self.policy.sample_actions(batch, noise=noise.to(self.device), prefix=prefix)
         actions = self.normalizer.denormalize_actions(self.embodiment, chunk)
         return {"actions": actions.float().cpu().numpy(), "channels": self.channels}

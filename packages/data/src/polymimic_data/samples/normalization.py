@@ -1,7 +1,8 @@
 """Normalisation statistics from state and actions only, and the Normalizer that applies them.
 
 Statistics never decode an image. A Normalizer holds them as buffers, so every
-checkpoint carries them; it runs on the device and inverts exactly.
+checkpoint carries them; it runs on the device and inverts exactly, except on an action
+channel that never moves in the statistics, which it returns as its value.
 """
 
 from __future__ import annotations
@@ -128,6 +129,13 @@ def load_or_compute_norm_stats(
 def _center_scale(
     stats: VectorStats, layout: Layout, mode: NormMode, what: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per channel (center, scale): x normalised is (x - center) / scale.
+
+    A channel too narrow to scale passes through (center 0, scale 1). An action channel
+    that never moves in the statistics' samples (max - min below the same bound) is held:
+    center its value, scale 0, so the policy outputs it exactly whatever its head says (a
+    head is accurate to a fraction of a unit: a unit of metres is centimetres off).
+    """
     if mode == "zscore":
         center, scale = stats.mean, stats.std
     elif mode == "minmax":
@@ -138,21 +146,23 @@ def _center_scale(
         raise ValueError(f"unknown normalisation mode {mode!r}; use zscore, minmax or quantile")
     center, scale = center.astype(np.float64).copy(), scale.astype(np.float64).copy()
     keep = np.asarray(layout.normalised_mask())
-    degenerate = keep & (scale < _DEGENERATE_SCALE)
-    if degenerate.any():
-        names = [
-            f"{g.name}[{c - g.start}]"
-            for g in layout.groups
-            for c in range(g.start, g.stop)
-            if degenerate[c]
-        ]
-        warnings.warn(
-            f"{layout.name} {what}: channels {names} are (nearly) constant; they pass "
-            "through unnormalised",
-            stacklevel=3,
-        )
+    held = (stats.max - stats.min < _DEGENERATE_SCALE) & (what == "action")
+    degenerate = keep & (scale < _DEGENERATE_SCALE) & ~held
+    for mask, fate in ((held, "are held at that value"), (degenerate, "pass through unnormalised")):
+        if mask.any():
+            names = [
+                f"{g.name}[{c - g.start}]"
+                for g in layout.groups
+                for c in range(g.start, g.stop)
+                if mask[c]
+            ]
+            warnings.warn(
+                f"{layout.name} {what}: channels {names} are (nearly) constant; they {fate}",
+                stacklevel=3,
+            )
     passthrough = ~keep | degenerate
     center[passthrough], scale[passthrough] = 0.0, 1.0
+    center[held], scale[held] = stats.mean[held], 0.0
     return torch.tensor(center, dtype=torch.float32), torch.tensor(scale, dtype=torch.float32)
 
 
@@ -208,10 +218,13 @@ class Normalizer(nn.Module):
         return (state - n.state_center) / n.state_scale
 
     def normalize_actions(self, embodiment: str, actions: torch.Tensor) -> torch.Tensor:
+        """Actions normalised; a held channel (scale 0) is its offset from its value."""
         n = self._get(embodiment)
-        return (actions - n.action_center) / n.action_scale
+        scale = torch.where(n.action_scale > 0, n.action_scale, torch.ones_like(n.action_scale))
+        return (actions - n.action_center) / scale
 
     def denormalize_actions(self, embodiment: str, actions: torch.Tensor) -> torch.Tensor:
+        """Normalised actions back in the data's units; a held channel comes out as its value."""
         n = self._get(embodiment)
         return actions * n.action_scale + n.action_center
 
@@ -219,10 +232,26 @@ class Normalizer(nn.Module):
         """The predict-the-mean baseline, unnormalised, shaped like `like` (B, T, A)."""
         return self._get(embodiment).action_mean.expand_as(like)
 
+    def normalize_observation(self, embodiment: str, state: torch.Tensor) -> dict:
+        """`state` (B, K, S) normalised, and its latest step as an action (`action_anchor`).
+
+        `action_anchor` (B, 1, A) is the latest state normalised with the actions'
+        statistics: what a residual policy predicts its chunk relative to, in the units of
+        its head. The state's own statistics differ (a channel held exactly still in the
+        actions passes through unnormalised while the measured state jitters and is
+        scaled by its std). It is there when state and actions share a layout.
+        """
+        n = self._get(embodiment)
+        out = {"state": self.normalize_state(embodiment, state)}
+        if state.shape[-1] == n.action_center.shape[0]:
+            out["action_anchor"] = self.normalize_actions(embodiment, state[:, -1:])
+        return out
+
     def normalize_batch(self, batch: dict) -> dict:
-        """A copy of `batch` with state and actions normalised; images untouched."""
+        """A copy of `batch`: state and actions normalised, `action_anchor`; images untouched."""
         emb = batch["embodiment"]
-        return batch | {
-            "state": self.normalize_state(emb, batch["state"]),
-            "actions": self.normalize_actions(emb, batch["actions"]),
-        }
+        return (
+            batch
+            | self.normalize_observation(emb, batch["state"])
+            | {"actions": self.normalize_actions(emb, batch["actions"])}
+        )
