@@ -22,7 +22,8 @@ nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
 
 PACKAGES = ("data", "policies", "strategies", "eval", "serve", "sim", "train")
-PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider")
+# --durations: CI's log names the slowest tests, where its time goes
+PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider", "--durations=10")
 ROOT = Path(__file__).resolve().parent
 nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "matrix", "tests-slurm"]
 nox.options.sessions += ["gate-sim", "lint", "typecheck"]
