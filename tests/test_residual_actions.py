@@ -50,7 +50,7 @@ def normalizer(frames: dict) -> Normalizer:
         VectorStats.of(frames["state"].reshape(-1, 2).double().numpy()),
         VectorStats.of(frames["actions"].reshape(-1, 2).double().numpy()),
     )
-    with warnings.catch_warnings():  # the held action channel is constant: it passes through
+    with warnings.catch_warnings():  # the held action channel never moves: it is held
         warnings.simplefilter("ignore")
         return Normalizer({"arm": stats}, {"arm": LAYOUT})
 

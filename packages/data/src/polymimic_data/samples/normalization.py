@@ -127,12 +127,13 @@ def load_or_compute_norm_stats(
 
 
 def _center_scale(
-    stats: VectorStats, layout: Layout, mode: NormMode, what: str
+    stats: VectorStats, layout: Layout, mode: NormMode, what: str, *, hold_constant: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per channel (center, scale): x normalised is (x - center) / scale.
 
-    A channel too narrow to scale passes through (center 0, scale 1). An action channel
-    that never moves in the statistics' samples (max - min below the same bound) is held:
+    A channel too narrow to scale passes through (center 0, scale 1). With
+    `hold_constant` (actions), a channel that never moves in the statistics' samples
+    (max - min below the same bound) is held:
     center its value, scale 0, so the policy outputs it exactly whatever its head says (a
     head is accurate to a fraction of a unit: a unit of metres is centimetres off).
     """
@@ -146,7 +147,7 @@ def _center_scale(
         raise ValueError(f"unknown normalisation mode {mode!r}; use zscore, minmax or quantile")
     center, scale = center.astype(np.float64).copy(), scale.astype(np.float64).copy()
     keep = np.asarray(layout.normalised_mask())
-    held = (stats.max - stats.min < _DEGENERATE_SCALE) & (what == "action")
+    held = (stats.max - stats.min < _DEGENERATE_SCALE) & hold_constant
     degenerate = keep & (scale < _DEGENERATE_SCALE) & ~held
     for mask, fate in ((held, "are held at that value"), (degenerate, "pass through unnormalised")):
         if mask.any():
@@ -177,11 +178,12 @@ class _EmbodimentNorm(nn.Module):
         self, stats: NormStats, state_layout: Layout, action_layout: Layout, mode: NormMode
     ):
         super().__init__()
-        for prefix, vector, layout in (
-            ("state", stats.state, state_layout),
-            ("action", stats.actions, action_layout),
+        # a state channel that never moves is a harmless input: only actions are held
+        for prefix, vector, layout, hold in (
+            ("state", stats.state, state_layout, False),
+            ("action", stats.actions, action_layout, True),
         ):
-            center, scale = _center_scale(vector, layout, mode, prefix)
+            center, scale = _center_scale(vector, layout, mode, prefix, hold_constant=hold)
             self.register_buffer(f"{prefix}_center", center)
             self.register_buffer(f"{prefix}_scale", scale)
         self.register_buffer("action_mean", torch.tensor(stats.actions.mean, dtype=torch.float32))
@@ -239,13 +241,12 @@ class Normalizer(nn.Module):
         statistics: what a residual policy predicts its chunk relative to, in the units of
         its head. The state's own statistics differ (a channel held exactly still in the
         actions passes through unnormalised while the measured state jitters and is
-        scaled by its std). It is there when state and actions share a layout.
+        scaled by its std). State and actions share the embodiment's layout.
         """
-        n = self._get(embodiment)
-        out = {"state": self.normalize_state(embodiment, state)}
-        if state.shape[-1] == n.action_center.shape[0]:
-            out["action_anchor"] = self.normalize_actions(embodiment, state[:, -1:])
-        return out
+        return {
+            "state": self.normalize_state(embodiment, state),
+            "action_anchor": self.normalize_actions(embodiment, state[:, -1:]),
+        }
 
     def normalize_batch(self, batch: dict) -> dict:
         """A copy of `batch`: state and actions normalised, `action_anchor`; images untouched."""
