@@ -186,6 +186,22 @@ def test_the_ledger_judges_the_share_only_once_it_has_seen_enough(caplog) -> Non
     assert "validate ROOT --deep" in str(caught.value)
 
 
+def test_the_ledger_logs_the_first_bad_frames_then_only_counts_them(caplog) -> None:
+    # human data misses a hand in many frames: each must not cost a log line forever
+    faults = [DataFault(f"e{i % 7}", "left.obs_wrist_pose", i, "not-detected sentinel (1e9)")
+              for i in range(30)]  # fmt: skip
+    ledger = FaultLedger(max_bad_fraction=0.9, min_samples=1, max_reports=5)
+    with caplog.at_level(logging.WARNING):
+        ledger.record([[f] for f in faults], samples=30)
+        ledger.record([[faults[0]], [faults[29]]], samples=2)  # old news, either side of the cap
+        summary = ledger.end_epoch()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum(m.startswith("bad data replaced") for m in messages) == 5
+    assert sum("the rest are counted in each epoch's summary" in m for m in messages) == 1
+    assert summary.startswith("32 bad frames met and replaced")  # the summary counts them all
+    assert ledger.bad_samples == 32
+
+
 def test_batches_carry_faults_and_the_ledger_summarises_each_epoch(tmp_path: Path) -> None:
     first, _ = _episodes(tmp_path, "eva_bimanual")
     _set(first, "left.gripper", 5, np.nan)

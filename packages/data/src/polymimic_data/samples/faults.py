@@ -151,12 +151,18 @@ class FaultLedger:
     """Counts bad samples against samples seen, in the main process; summarises each epoch.
 
     The share of bad samples is judged once `min_samples` have been seen (a single bad
-    sample in the first batch says little about a data set).
+    sample in the first batch says little about a data set). Each bad frame is logged the
+    first time it is met, up to `max_reports` of them; after that they are only counted, in
+    each epoch's summary (human data misses a hand in many frames: 500 episodes of it logged
+    about 900 lines in an hour's training before this cap).
     """
 
-    def __init__(self, *, max_bad_fraction: float, min_samples: int = 1000) -> None:
+    def __init__(
+        self, *, max_bad_fraction: float, min_samples: int = 1000, max_reports: int = 20
+    ) -> None:
         self.max_bad_fraction = max_bad_fraction
         self.min_samples = min_samples
+        self.max_reports = max_reports
         self.samples = 0
         self.bad_samples = 0
         self.faults: list[DataFault] = []
@@ -171,18 +177,30 @@ class FaultLedger:
             new = [f if isinstance(f, DataFault) else DataFault(**f) for f in faults]
             self.bad_samples += bool(new)
             for fault in new:
-                if fault.report_key not in self._reported:
-                    self._reported.add(fault.report_key)
-                    log.warning(
-                        "bad data replaced: episode %s, key %s, frame %d: %s%s",
-                        fault.episode,
-                        fault.key,
-                        fault.frame,
-                        fault.reason,
-                        " (episode dropped)" if fault.episode_dropped else "",
-                    )
+                self._report(fault)
             self.faults += new
         self.samples += samples
+
+    def _report(self, fault: DataFault) -> None:
+        if fault.report_key in self._reported or len(self._reported) > self.max_reports:
+            return
+        self._reported.add(fault.report_key)
+        if len(self._reported) > self.max_reports:
+            log.warning(
+                "more bad data replaced than the %d frames logged so far: the rest are "
+                "counted in each epoch's summary (`polymimic-data validate ROOT --deep` "
+                "lists every one)",
+                self.max_reports,
+            )
+            return
+        log.warning(
+            "bad data replaced: episode %s, key %s, frame %d: %s%s",
+            fault.episode,
+            fault.key,
+            fault.frame,
+            fault.reason,
+            " (episode dropped)" if fault.episode_dropped else "",
+        )
 
     @property
     def bad_fraction(self) -> float:
