@@ -71,13 +71,18 @@ def robot_subset(all_demos: Path, n: int, dest: Path) -> Path:
 
 
 def shuffled_hands(hands: Path, dest: Path, seed: int = 0) -> Path:
-    """Each hands episode's images with another's motions (a derangement), cut to fit."""
-    if dest.is_dir() and any(dest.glob("*.zarr")):
+    """Each hands episode's images with another's motions (a derangement), cut to fit.
+
+    Written beside `dest` and renamed into place when whole, so an interrupted run remakes
+    it rather than training on part of it."""
+    if dest.is_dir():
         return dest
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
     episodes = sorted(resolve_episodes(hands), key=lambda e: e.path.name)
     order = np.random.default_rng(seed).permutation(len(episodes))
     order = np.roll(order, 1)[np.argsort(order)]  # nobody keeps their own motions
-    dest.mkdir(parents=True, exist_ok=True)
+    partial.mkdir(parents=True)
     for episode, other in zip(episodes, (episodes[i] for i in order), strict=True):
         mine, theirs = EpisodeReader(episode.path), EpisodeReader(other.path)
         frames = min(mine.attrs["total_frames"], theirs.attrs["total_frames"])
@@ -87,7 +92,7 @@ def shuffled_hands(hands: Path, dest: Path, seed: int = 0) -> Path:
         metadata = {k: attrs[k] for k in ("embodiment_declaration", "seed", "sim_task")}
         metadata |= {"motions_of": other.path.name}
         writer = EpisodeWriter(
-            dest / episode.path.name,
+            partial / episode.path.name,
             embodiment=attrs["embodiment"],
             fps=attrs["fps"],
             task_name=attrs["task_name"],
@@ -97,6 +102,7 @@ def shuffled_hands(hands: Path, dest: Path, seed: int = 0) -> Path:
         with writer:
             writer.extend(arrays, jpegs)
             writer.annotate(attrs["task_name"], 0, frames)
+    partial.rename(dest)
     return dest
 
 
