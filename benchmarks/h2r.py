@@ -3,7 +3,8 @@ robot succeed more often, at fewer robot demonstrations? (issue 29; DESIGN.md, "
 
     python benchmarks/h2r.py [--task aloha_ee/transfer_cube] [--robot-demos 5,10,25,50]
                              [--hands-demos 500] [--arms robot,cotrain] [--steps 3000]
-                             [--eval-episodes 100] [--workdir DIR]
+                             [--eval-episodes 100] [--workdir DIR] [--tag NAME]
+                             [--train-args OVERRIDE ...]
 
 Records `max(--robot-demos)` robot demonstrations of `--task` (seeds 0 on) and
 `--hands-demos` of a person's hands doing its twin (`hands/<task>`, seeds 100000 on, so no
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -211,6 +213,11 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("h2r-work"))
     more = "more overrides for every training run, e.g. model.d_model=64"
     parser.add_argument("--train-args", nargs="*", default=[], help=more)
+    tag = (
+        "a suffix for the cells' names (cotrain_n10_<tag>), so cells trained with other "
+        "--train-args share a --workdir's recordings without reusing its finished runs"
+    )
+    parser.add_argument("--tag", default="", help=tag)
     opts = parser.parse_args()
     counts = sorted({int(n) for n in opts.robot_demos.split(",")})
     arms = opts.arms.split(",")
@@ -218,6 +225,8 @@ def main() -> None:
     if unknown:
         parser.error(f"--arms: {sorted(unknown)} are not arms; choose robot, cotrain, pretrain, "
                      "shuffled")  # fmt: skip
+    if opts.tag and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", opts.tag):
+        parser.error(f"--tag: letters, digits, _ and - (it names a run folder), got {opts.tag!r}")
     work = opts.workdir.resolve()
     family, _, name = opts.task.partition("/")
     if family not in ROBOT_DATA:
@@ -253,7 +262,7 @@ def main() -> None:
         }  # fmt: skip
         for arm in arms:
             roots, data, extra = cells[arm]
-            cell = f"{arm}_n{n}"
+            cell = f"{arm}_n{n}" + (f"_{opts.tag}" if opts.tag else "")
             result = train_and_evaluate(cell, roots, data, work, opts, extra)
             emit("success_rate", result["successes"] / result["episodes"], "fraction", cell=cell,
                  arm=arm, robot_demos=n, hands_demos=0 if arm == "robot" else opts.hands_demos,
