@@ -26,10 +26,13 @@ and evaluates it on the robot in closed loop over `--eval-episodes` held-out see
 Each cell prints one JSON line: its success rate with the 95% Wilson interval (standard and
 strict, within 300 and 400 steps, steps to success beside the expert's), the seeds,
 the demonstrations, the training steps and the wall times of training and evaluation, and
-the command lines that made it. Recordings and runs stay under `--workdir` (reused: a rerun
-records nothing twice, trains no finished cell again and resumes an interrupted one from its
-last checkpoint; a resumed cell's `train_s` counts only the resumed part). Run cells one at
-a time on a small CPU (two heavy jobs on 2 cores each go about 5x slower).
+the command lines that made it. It is saved as `--results`/<task>/<cell>.json with the
+commit and the machine; the sim README's table is generated from those files
+(`python benchmarks/headline.py table`). Recordings and runs stay under `--workdir`
+(reused: a rerun records nothing twice, trains no finished cell again and resumes an
+interrupted one from its last checkpoint; a resumed cell's `train_s` counts only the resumed
+part). Run cells one at a time on a small CPU (two heavy jobs on 2 cores each go about 5x
+slower).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from typing import Any
 
 import numpy as np
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
+from headline import RESULTS, save
 
 from polymimic_data import EpisodeReader, resolve_episodes
 from polymimic_data.store import EpisodeWriter
@@ -218,6 +222,11 @@ def main() -> None:
         "--train-args share a --workdir's recordings without reusing its finished runs"
     )
     parser.add_argument("--tag", default="", help=tag)
+    parser.add_argument("--results", type=Path, default=RESULTS / "h2r",
+                        help="where each cell's result is saved, <task>/<cell>.json (the sim "
+                        "README's table is generated from them: headline.py table)")  # fmt: skip
+    parser.add_argument("--no-results", dest="results", action="store_const", const=None,
+                        help="save no result (a trial run)")  # fmt: skip
     opts = parser.parse_args()
     counts = sorted({int(n) for n in opts.robot_demos.split(",")})
     arms = opts.arms.split(",")
@@ -264,9 +273,12 @@ def main() -> None:
             roots, data, extra = cells[arm]
             cell = f"{arm}_n{n}" + (f"_{opts.tag}" if opts.tag else "")
             result = train_and_evaluate(cell, roots, data, work, opts, extra)
-            emit("success_rate", result["successes"] / result["episodes"], "fraction", cell=cell,
-                 arm=arm, robot_demos=n, hands_demos=0 if arm == "robot" else opts.hands_demos,
-                 steps=opts.steps, **result)  # fmt: skip
+            line = emit("success_rate", result["successes"] / result["episodes"], "fraction",
+                        cell=cell, task=opts.task, arm=arm, robot_demos=n,
+                        hands_demos=0 if arm == "robot" else opts.hands_demos, steps=opts.steps,
+                        **result)  # fmt: skip
+            if opts.results:
+                save(line, opts.results / opts.task.replace("/", "_") / f"{cell}.json")
 
 
 if __name__ == "__main__":

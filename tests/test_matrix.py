@@ -110,9 +110,30 @@ def _pi_overrides(model: str, data: str) -> list[str]:
 SIM_MARKS = [pytest.mark.filterwarnings(r"ignore:.*are \(nearly\) constant:UserWarning")]
 
 
+@cache
+def twins() -> dict[str, str]:
+    """Model configs that compose to exactly another's model node -> that other config.
+
+    A twin (hpt_50m names the size hpt.yaml already is) would train exactly as its
+    original does on every data config, so the matrix trains the original only."""
+    from omegaconf import OmegaConf
+
+    first: dict[str, str] = {}
+    found = {}
+    for model in _options("model"):
+        node = OmegaConf.to_yaml(_compose(f"model={model}", "name=count").model)
+        if node in first:
+            found[model] = first[node]
+        else:
+            first[node] = model
+    return found
+
+
 def _pairs() -> list:
     pairs = []
     for model in _options("model"):
+        if model in twins():
+            continue
         size = parameters(model)
         if size > GPU_ONLY:
             continue
@@ -186,9 +207,15 @@ def test_the_matrix_covers_every_config_a_cpu_can_train() -> None:
     trained = {m for m, _ in pairs}
     assert {"hpt_small", "hpt_eva", "hpt_human", "hpt_cotrain_shared_heads"} <= trained
     assert {"pi_tiny", "rdt_small"} <= trained
-    assert trained | {m for m in _options("model") if parameters(m) > GPU_ONLY} == set(
-        _options("model")
-    )
+    gpu_only = {m for m in _options("model") if parameters(m) > GPU_ONLY}
+    assert trained | set(twins()) | gpu_only == set(_options("model"))
+    assert not set(twins()) & trained  # each twin is trained as its original, once
+
+
+def test_a_twin_is_skipped_only_when_its_config_is_its_originals() -> None:
+    assert twins() == {"hpt_50m": "hpt"}
+    assert _compose("model=hpt_50m", "name=count").model == _compose("model=hpt", "name=count").model
+    assert "hpt_12m" not in twins()  # a size apart is not a twin
 
 
 @pytest.mark.parametrize(("model", "data"), _pairs())

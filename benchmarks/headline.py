@@ -1,0 +1,223 @@
+"""Headline figures as files: each measured result is a JSON file under benchmarks/results/,
+and the READMEs' tables of them are generated from those files, so a table cannot say what
+no run measured (issue 30).
+
+    python benchmarks/headline.py table [--check]      # rewrite (or check) the READMEs' tables
+    python benchmarks/headline.py save LINES.jsonl --into DIR --commit SHA --command CMD
+                                      [--metric success_rate] [--set KEY=VALUE ...]
+
+A benchmark that measures a headline figure saves it itself (`save`: the printed line, with
+the commit, the machine and the command that made it); `save` on the command line keeps the
+lines a run printed before it saved its own. A README table sits between
+`<!-- results:NAME -->` and `<!-- /results:NAME -->`; everything between is generated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def machine() -> str:
+    """The machine in words: cores and CPU model, and the GPU where one is."""
+    model = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), flags=re.MULTILINE)
+        model = names[0].strip() if names else model
+    words = f"{os.cpu_count()}-core CPU ({model})"
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
+        gpus = subprocess.run(query, capture_output=True, text=True).stdout.split("\n")
+        words += "".join(f", {gpu.strip()}" for gpu in gpus[:1] if gpu.strip())
+    return words
+
+
+def current_commit() -> str:
+    """HEAD's commit, with `+dirty` when the checkout differs from it."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        return "unknown"
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def save(line: dict[str, Any], dest: Path, *, commit: str | None = None,
+         argv: list[str] | None = None) -> Path:  # fmt: skip
+    """`line` (a benchmark's printed figure) as `dest`, with where and how it was measured.
+
+    Written beside `dest` and renamed into place: a reader never sees half a result."""
+    result = {
+        **line,
+        "commit": commit or current_commit(),
+        "machine": line.get("machine") or machine(),
+        "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "argv": argv if argv is not None else [Path(sys.argv[0]).name, *sys.argv[1:]],
+    }
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(f".{dest.name}.partial")
+    partial.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    partial.replace(dest)
+    return dest
+
+
+def load(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every result under `folder`, by path."""
+    found = []
+    for path in sorted(folder.rglob("*.json")):
+        try:
+            found.append((path, json.loads(path.read_text())))
+        except json.JSONDecodeError as error:
+            raise SystemExit(f"{path}: not a JSON result ({error})") from None
+    return found
+
+
+def _require(path: Path, result: dict[str, Any], keys: Iterable[str]) -> None:
+    missing = [key for key in keys if key not in result]
+    if missing:
+        raise SystemExit(f"{path}: a result without {missing} (written by an older benchmark?)")
+
+
+def _percent(interval: list[float]) -> str:
+    low, high = interval
+    return f"{100 * low:.1f}%-{100 * high:.1f}%"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min"
+
+
+H2R_KEYS = ("cell", "task", "robot_demos", "hands_demos", "steps", "successes", "episodes",
+            "wilson95", "strict_successes", "strict_wilson95", "success_at_steps",
+            "mean_steps_to_success", "expert_mean_steps_to_success", "seeds", "train_s",
+            "eval_s", "commit", "machine", "argv")  # fmt: skip
+
+
+def h2r_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
+    """The human-to-robot cells, by task, robot demonstrations and cell name."""
+    rows = [
+        "| task | cell | robot / hands demos | steps | success (95% Wilson) | strict | by tick "
+        "300 | ticks to success (expert's) | train / eval | seeds | commit, machine | command |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path, r in results:
+        _require(path, r, H2R_KEYS)
+    ordered = sorted(results, key=lambda pr: (pr[1]["task"], pr[1]["robot_demos"], pr[1]["cell"]))
+    for _, r in ordered:
+        n, by_300 = r["episodes"], r["success_at_steps"].get("300", "-")
+        mean, expert = r["mean_steps_to_success"], r["expert_mean_steps_to_success"]
+        ticks = f"{mean:.1f} ({expert:.1f})" if mean is not None else f"- ({expert:.1f})"
+        command = " ".join(r["argv"])
+        rows.append(
+            f"| {r['task']} | {r['cell']} | {r['robot_demos']} / {r['hands_demos']} | "
+            f"{r['steps']} | **{r['successes']}/{n}** ({_percent(r['wilson95'])}) | "
+            f"{r['strict_successes']}/{n} ({_percent(r['strict_wilson95'])}) | {by_300}/{n} | "
+            f"{ticks} | {_minutes(r['train_s'])} / {_minutes(r['eval_s'])} | "
+            f"{r['seeds'][0]}-{r['seeds'][1]} | {r['commit'][:7]}, {r['machine']} | "
+            f"`{command}` |"
+        )
+    return "\n".join(rows)
+
+
+# README table name -> (the README, the results' folder, the renderer)
+TABLES: dict[str, tuple[Path, Path, Callable[[list[tuple[Path, dict[str, Any]]]], str]]] = {
+    "h2r": (ROOT / "packages" / "sim" / "README.md", RESULTS / "h2r", h2r_table),
+}
+
+
+def render(readme: str, name: str, table: str) -> str:
+    """`readme` with its `name` block replaced by `table`."""
+    block = re.compile(rf"(<!-- results:{name} -->\n).*?(<!-- /results:{name} -->)", re.DOTALL)
+    if not block.search(readme):
+        raise SystemExit(f"no <!-- results:{name} --> ... <!-- /results:{name} --> block")
+    return block.sub(lambda m: f"{m[1]}{table}\n{m[2]}", readme, count=1)
+
+
+def tables(check: bool) -> int:
+    """Rewrite each README's generated tables; with `check`, only say which are stale."""
+    stale = []
+    for name, (readme_path, folder, renderer) in TABLES.items():
+        readme = readme_path.read_text()
+        updated = render(readme, name, renderer(load(folder)))
+        if updated != readme:
+            stale.append(f"{readme_path.relative_to(ROOT)} ({name})")
+            if not check:
+                readme_path.write_text(updated)
+    if check and stale:
+        print(f"stale results tables: {stale}; run python benchmarks/headline.py table")
+        return 1
+    print(f"{'stale' if check else 'rewrote'}: {stale or 'none'}")
+    return 0
+
+
+def save_lines(lines: Path, into: Path, commit: str, metric: str, command: str,
+               fields: dict[str, Any]) -> int:  # fmt: skip
+    """Each `metric` line a run printed (with `fields` where it lacks them), saved as
+    `<cell>.json` in `into`, `command` named as what made it."""
+    saved = 0
+    for number, text in enumerate(lines.read_text().splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            raise SystemExit(f"{lines}:{number}: not a JSON line") from None
+        if line.get("metric") != metric:
+            continue
+        if "cell" not in line:
+            raise SystemExit(f"{lines}:{number}: a {metric} line without `cell`")
+        line = fields | line
+        argv = shlex.split(command)
+        print(save(line, into / f"{line['cell']}.json", commit=commit, argv=argv))
+        saved += 1
+    if not saved:
+        raise SystemExit(f"{lines}: no {metric!r} lines")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    table = commands.add_parser("table", help="rewrite the READMEs' generated tables")
+    table.add_argument("--check", action="store_true", help="fail if one is stale; write none")
+    keep = commands.add_parser("save", help="save a run's printed lines as result files")
+    keep.add_argument("lines", type=Path)
+    keep.add_argument("--into", type=Path, required=True)
+    keep.add_argument("--commit", required=True, help="the commit the run measured")
+    keep.add_argument("--metric", default="success_rate")
+    keep.add_argument("--command", required=True, help="the command that printed the lines")
+    keep.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                      help="fields the lines lack (VALUE as JSON, else a string)")  # fmt: skip
+    opts = parser.parse_args()
+    if opts.command == "table":
+        return tables(opts.check)
+    fields = {}
+    for pair in opts.set:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            parser.error(f"--set: KEY=VALUE, got {pair!r}")
+        try:
+            fields[key] = json.loads(value)
+        except json.JSONDecodeError:
+            fields[key] = value
+    return save_lines(opts.lines, opts.into, opts.commit, opts.metric, opts.command, fields)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

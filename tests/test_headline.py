@@ -1,0 +1,106 @@
+"""Headline figures as files (benchmarks/headline.py): a README's results table is what the
+committed result files say, a saved result names its commit, machine and command, and a
+result missing a figure is refused by name."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def headline() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("headline_benchmark", BENCHMARKS / "headline.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cell(**changes) -> dict:
+    """A success_rate line as benchmarks/h2r.py prints it."""
+    line = {
+        "benchmark": "h2r", "metric": "success_rate", "value": 0.34, "unit": "fraction",
+        "cell": "cotrain_n10", "task": "aloha_ee/transfer_cube", "arm": "cotrain",
+        "robot_demos": 10, "hands_demos": 500, "steps": 3000, "successes": 34,
+        "episodes": 100, "wilson95": [0.2554, 0.4369], "strict_successes": 31,
+        "strict_wilson95": [0.2277, 0.4059], "success_at_steps": {"300": 34, "400": 34},
+        "mean_steps_to_success": 283.5, "expert_mean_steps_to_success": 291.0,
+        "seeds": [1000, 1099], "train_s": 1811.0, "eval_s": 306.0,
+    }  # fmt: skip
+    return line | changes
+
+
+def test_the_readmes_tables_are_the_committed_results(headline: ModuleType) -> None:
+    for name, (readme, folder, renderer) in headline.TABLES.items():
+        text = readme.read_text()
+        assert f"<!-- results:{name} -->" in text
+        assert headline.render(text, name, renderer(headline.load(folder))) == text, (
+            f"{readme}'s {name} table is stale: python benchmarks/headline.py table"
+        )
+
+
+def test_a_saved_result_says_where_and_how_it_was_measured(
+    headline: ModuleType, tmp_path: Path
+) -> None:
+    dest = tmp_path / "h2r" / "aloha_ee_transfer_cube" / "cotrain_n10.json"
+    argv = ["h2r.py", "--robot-demos", "10"]
+    headline.save(_cell(), dest, commit="abc1234", argv=argv)
+    saved = json.loads(dest.read_text())
+    assert saved["successes"] == 34 and saved["commit"] == "abc1234" and saved["argv"] == argv
+    assert "CPU" in saved["machine"] and saved["saved_at"]
+    assert [p.name for p in dest.parent.iterdir()] == ["cotrain_n10.json"]  # no partial left
+
+    table = headline.h2r_table(headline.load(tmp_path / "h2r"))
+    row = table.splitlines()[2]
+    assert "**34/100** (25.5%-43.7%)" in row and "31/100 (22.8%-40.6%)" in row
+    assert "283.5 (291.0)" in row and "1000-1099" in row and "abc1234" in row
+    assert "`h2r.py --robot-demos 10`" in row
+
+
+def test_rows_are_ordered_by_task_and_robot_demonstrations(
+    headline: ModuleType, tmp_path: Path
+) -> None:
+    for cell, n in (("robot_n50", 50), ("robot_n10", 10), ("cotrain_n10", 10)):
+        headline.save(_cell(cell=cell, robot_demos=n), tmp_path / f"{cell}.json", commit="c")
+    rows = headline.h2r_table(headline.load(tmp_path)).splitlines()[2:]
+    assert [row.split(" | ")[1] for row in rows] == ["cotrain_n10", "robot_n10", "robot_n50"]
+
+
+def test_a_result_missing_a_figure_is_named(headline: ModuleType, tmp_path: Path) -> None:
+    line = _cell()
+    del line["strict_wilson95"]
+    headline.save(line, tmp_path / "old.json", commit="c")
+    with pytest.raises(SystemExit, match=r"old\.json: a result without \['strict_wilson95'\]"):
+        headline.h2r_table(headline.load(tmp_path))
+
+
+def test_printed_lines_are_saved_with_the_fields_they_lack(
+    headline: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    line = _cell()
+    del line["task"]
+    lines = tmp_path / "bench.jsonl"
+    other = {"benchmark": "h2r", "metric": "robot_record_s", "value": 52.1}
+    lines.write_text(f"{json.dumps(other)}\n{json.dumps(line)}\n")
+    command = "python benchmarks/h2r.py --robot-demos 10 --tag bs48"
+    monkeypatch.setattr(sys, "argv", [
+        "headline.py", "save", str(lines), "--into", str(tmp_path / "out"), "--commit", "20005f3",
+        "--command", command, "--set", "task=aloha_ee/transfer_cube", "robot_demos=10",
+    ])  # fmt: skip
+    assert headline.main() == 0
+    saved = json.loads((tmp_path / "out" / "cotrain_n10.json").read_text())
+    assert saved["task"] == "aloha_ee/transfer_cube" and saved["commit"] == "20005f3"
+    assert saved["argv"] == command.split()
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["cotrain_n10.json"]
+
+    lines.write_text(json.dumps(other) + "\n")
+    with pytest.raises(SystemExit, match="no 'success_rate' lines"):
+        headline.main()
