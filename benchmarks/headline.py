@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from polymimic_data.store.atomic_files import write_text_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -62,19 +64,20 @@ def save(line: dict[str, Any], dest: Path, *, commit: str | None = None,
          argv: list[str] | None = None) -> Path:  # fmt: skip
     """`line` (a benchmark's printed figure) as `dest`, with where and how it was measured.
 
-    Written beside `dest` and renamed into place: a reader never sees half a result."""
+    Written atomically: a reader never sees half a result. `argv` defaults to this
+    process's, as `python benchmarks/<script> ...`."""
+    if argv is None:
+        script = Path(sys.argv[0]).resolve()
+        shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
+        argv = ["python", str(shown), *sys.argv[1:]]
     result = {
         **line,
         "commit": commit or current_commit(),
         "machine": line.get("machine") or machine(),
         "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "argv": argv if argv is not None else [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "argv": argv,
     }
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(f".{dest.name}.partial")
-    partial.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    partial.replace(dest)
-    return dest
+    return write_text_atomic(dest, json.dumps(result, indent=1, sort_keys=True) + "\n")
 
 
 def load(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -158,7 +161,7 @@ def tables(check: bool) -> int:
         if updated != readme:
             stale.append(f"{readme_path.relative_to(ROOT)} ({name})")
             if not check:
-                readme_path.write_text(updated)
+                write_text_atomic(readme_path, updated)
     if check and stale:
         print(f"stale results tables: {stale}; run python benchmarks/headline.py table")
         return 1
@@ -170,7 +173,7 @@ def save_lines(lines: Path, into: Path, commit: str, metric: str, command: str,
                fields: dict[str, Any]) -> int:  # fmt: skip
     """Each `metric` line a run printed (with `fields` where it lacks them), saved as
     `<cell>.json` in `into`, `command` named as what made it."""
-    saved = 0
+    saved, argv = 0, shlex.split(command)
     for number, text in enumerate(lines.read_text().splitlines(), 1):
         if not text.strip():
             continue
@@ -183,7 +186,6 @@ def save_lines(lines: Path, into: Path, commit: str, metric: str, command: str,
         if "cell" not in line:
             raise SystemExit(f"{lines}:{number}: a {metric} line without `cell`")
         line = fields | line
-        argv = shlex.split(command)
         print(save(line, into / f"{line['cell']}.json", commit=commit, argv=argv))
         saved += 1
     if not saved:
