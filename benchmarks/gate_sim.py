@@ -43,8 +43,8 @@ from unittest import mock
 
 import numpy as np
 import torch
+from cells import finished_run
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
-from h2r import finished_run
 
 emit = figure_printer("gate_sim")
 TASK = "metaworld/button-press-v3"

@@ -38,16 +38,14 @@ slower).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from cells import finished_run, run_logged, train_and_evaluate
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from headline import RESULTS, save
 
@@ -57,7 +55,6 @@ from polymimic_sim import record
 
 emit = figure_printer("h2r")
 HANDS_SEED = 100_000  # the hands' seeds: apart from the robot's (0 on) and the evaluation's
-EVAL_SEED = 1000
 # the robot's data config per family; cotraining takes sim_cotrain_transfer_cube's `robot`
 # dataset filtered to the robot's task: its own head either way (joints or poses)
 ROBOT_DATA = {"aloha_ee": "sim_aloha_ee_transfer_cube", "aloha": "sim_aloha_transfer_cube"}
@@ -126,9 +123,8 @@ def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
         f"trainer.max_steps={opts.steps}", "trainer.enable_progress_bar=false",
         f"hydra.run.dir={runs}", "+model.shared_stems.front_1=image", *opts.train_args,
     ]  # fmt: skip
-    seconds = (
-        0.0 if finished_run(runs, opts.steps) else _run(train, work / "hands_pretrain.train.log")
-    )
+    log = work / "hands_pretrain.train.log"
+    seconds = 0.0 if finished_run(runs, opts.steps) else run_logged(train, log)
     emit("hands_pretrain_s", seconds, "s", steps=opts.steps, command=" ".join(train))
     parts_dir = work / "hands_pretrain_parts"
     parts_dir.mkdir(exist_ok=True)
@@ -140,69 +136,6 @@ def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
     lines += [f"  {n}: {{path: {p['path']}, sha256: {p['sha256']}}}" for n, p in parts.items()]
     (model_dir / "h2r_pretrained.yaml").write_text("\n".join(lines) + "\n")
     return [f"hydra.searchpath=[file://{work / 'configs'}]", "model=h2r_pretrained"]
-
-
-def finished_run(run_dir: Path, steps: int) -> bool:
-    """Whether the training run in `run_dir` finished (its `steps`, or exit naming both).
-
-    An interrupted one is trained again: the app resumes it from its last checkpoint
-    (resume=auto), so no half-trained cell is evaluated.
-    """
-    from polymimic_train import read_record
-
-    record = read_record(run_dir)
-    if record.get("state") != "finished":
-        return False
-    if record.get("steps") != steps:
-        sys.exit(f"{run_dir} trained {record.get('steps')} steps, not --steps {steps}: "
-                 "use another --workdir for another budget (a cell is its arm and N)")  # fmt: skip
-    return True
-
-
-def _run(args: list[str], log: Path) -> float:
-    """Seconds `args` took; its output in `log`; exits with it when it fails."""
-    start = time.perf_counter()
-    with log.open("w") as out:
-        result = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, text=True)
-    if result.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed; see {log}")
-    return time.perf_counter() - start
-
-
-def train_and_evaluate(cell: str, roots: list[Path], data: str, work: Path,
-                       opts: argparse.Namespace, extra: list[str]) -> dict[str, Any]:  # fmt: skip
-    """One cell: a training run, then closed-loop rollouts of its last checkpoint."""
-    runs = work / "runs" / cell
-    train = [
-        sys.executable, "-m", "polymimic_train", f"name={cell}", f"data={data}",
-        f"data.roots=[{','.join(map(str, roots))}]", f"trainer.max_steps={opts.steps}",
-        "trainer.enable_progress_bar=false", f"hydra.run.dir={runs}", *extra, *opts.train_args,
-    ]  # fmt: skip
-    checkpoint = runs / "checkpoints" / "last.ckpt"
-    train_s = 0.0 if finished_run(runs, opts.steps) else _run(train, work / f"{cell}.train.log")
-    out = work / "eval" / cell
-    evaluate = [
-        str(Path(sys.executable).with_name("polymimic-sim")), "evaluate", str(checkpoint),
-        opts.task, "--episodes", str(opts.eval_episodes), "--seed", str(EVAL_SEED),
-        "--workers", str(opts.workers), "--videos", "2", "--out", str(out),
-    ]  # fmt: skip
-    eval_s = _run(evaluate, work / f"{cell}.eval.log")
-    summary = json.loads((out / "summary.json").read_text())
-    return {
-        "successes": summary["successes"],
-        "episodes": summary["episodes"],
-        "wilson95": summary["success_rate_wilson95"],
-        "strict_successes": summary["strict_success"]["successes"],
-        "strict_wilson95": summary["strict_success"]["wilson95"],
-        "success_at_steps": {n: r["successes"] for n, r in summary["success_at_steps"].items()},
-        "mean_steps_to_success": summary["mean_steps_to_success"],
-        "expert_mean_steps_to_success": summary["expert_mean_steps_to_success"],
-        "seeds": [EVAL_SEED, EVAL_SEED + summary["episodes"] - 1],
-        "train_s": round(train_s, 1),
-        "eval_s": round(eval_s, 1),
-        "train_command": " ".join(train),
-        "eval_command": " ".join(evaluate),
-    }
 
 
 def main() -> None:
@@ -272,7 +205,11 @@ def main() -> None:
         for arm in arms:
             roots, data, extra = cells[arm]
             cell = f"{arm}_n{n}" + (f"_{opts.tag}" if opts.tag else "")
-            result = train_and_evaluate(cell, roots, data, work, opts, extra)
+            result = train_and_evaluate(
+                cell, roots, data, work, task=opts.task, steps=opts.steps,
+                episodes=opts.eval_episodes, workers=opts.workers,
+                overrides=[*extra, *opts.train_args],
+            )  # fmt: skip
             line = emit("success_rate", result["successes"] / result["episodes"], "fraction",
                         cell=cell, task=opts.task, arm=arm, robot_demos=n,
                         hands_demos=0 if arm == "robot" else opts.hands_demos, steps=opts.steps,

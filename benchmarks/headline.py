@@ -106,34 +106,77 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
-H2R_KEYS = ("cell", "task", "robot_demos", "hands_demos", "steps", "successes", "episodes",
-            "wilson95", "strict_successes", "strict_wilson95", "success_at_steps",
-            "mean_steps_to_success", "expert_mean_steps_to_success", "seeds", "train_s",
-            "eval_s", "commit", "machine", "argv")  # fmt: skip
+OUTCOME_KEYS = ("successes", "episodes", "wilson95", "strict_successes", "strict_wilson95",
+                "success_at_steps", "mean_steps_to_success", "expert_mean_steps_to_success",
+                "seeds", "train_s", "eval_s", "commit", "machine", "argv")  # fmt: skip
+H2R_KEYS = ("cell", "task", "robot_demos", "hands_demos", "steps", *OUTCOME_KEYS)
+CLOSED_LOOP_KEYS = ("headline", "task", "model", "demos", "steps", "anchor", "record_s",
+                    *OUTCOME_KEYS)  # fmt: skip
+
+
+def _outcome(r: dict[str, Any]) -> str:
+    """Success and strict success with their intervals, by tick 300, ticks to success."""
+    n, by_300 = r["episodes"], r["success_at_steps"].get("300", "-")
+    mean, expert = r["mean_steps_to_success"], r["expert_mean_steps_to_success"]
+    shown = [f"{x:.1f}" if x is not None else "-" for x in (mean, expert)]
+    return (
+        f"**{r['successes']}/{n}** ({_percent(r['wilson95'])}) | "
+        f"{r['strict_successes']}/{n} ({_percent(r['strict_wilson95'])}) | {by_300}/{n} | "
+        f"{shown[0]} ({shown[1]})"
+    )
+
+
+def _provenance(r: dict[str, Any]) -> str:
+    """The seeds, the commit and machine, the command."""
+    return (
+        f"{r['seeds'][0]}-{r['seeds'][1]} | {r['commit'][:7]}, {r['machine']} | "
+        f"`{' '.join(r['argv'])}`"
+    )
+
+
+OUTCOME_HEADER = "success (95% Wilson) | strict | by tick 300 | ticks to success (expert's)"
 
 
 def h2r_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
     """The human-to-robot cells, by task, robot demonstrations and cell name."""
     rows = [
-        "| task | cell | robot / hands demos | steps | success (95% Wilson) | strict | by tick "
-        "300 | ticks to success (expert's) | train / eval | seeds | commit, machine | command |",
+        f"| task | cell | robot / hands demos | steps | {OUTCOME_HEADER} | train / eval | "
+        "seeds | commit, machine | command |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for path, r in results:
         _require(path, r, H2R_KEYS)
     ordered = sorted(results, key=lambda pr: (pr[1]["task"], pr[1]["robot_demos"], pr[1]["cell"]))
     for _, r in ordered:
-        n, by_300 = r["episodes"], r["success_at_steps"].get("300", "-")
-        mean, expert = r["mean_steps_to_success"], r["expert_mean_steps_to_success"]
-        ticks = f"{mean:.1f} ({expert:.1f})" if mean is not None else f"- ({expert:.1f})"
-        command = " ".join(r["argv"])
         rows.append(
             f"| {r['task']} | {r['cell']} | {r['robot_demos']} / {r['hands_demos']} | "
-            f"{r['steps']} | **{r['successes']}/{n}** ({_percent(r['wilson95'])}) | "
-            f"{r['strict_successes']}/{n} ({_percent(r['strict_wilson95'])}) | {by_300}/{n} | "
-            f"{ticks} | {_minutes(r['train_s'])} / {_minutes(r['eval_s'])} | "
-            f"{r['seeds'][0]}-{r['seeds'][1]} | {r['commit'][:7]}, {r['machine']} | "
-            f"`{command}` |"
+            f"{r['steps']} | {_outcome(r)} | {_minutes(r['train_s'])} / "
+            f"{_minutes(r['eval_s'])} | {_provenance(r)} |"
+        )
+    return "\n".join(rows)
+
+
+def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
+    """The headline figures (closed_loop.py), one row each, with the field's beside them."""
+    if not results:
+        return (
+            "No headline result recorded yet (`uv run nox -s bench-closed-loop -- --headline ...`)."
+        )
+    rows = [
+        f"| headline | task | model | demos | training steps | {OUTCOME_HEADER} | lowest task | "
+        "the field's | record / train / eval | seeds | commit, machine | command |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path, r in results:
+        _require(path, r, CLOSED_LOOP_KEYS)
+    for _, r in sorted(results, key=lambda pr: pr[1]["headline"]):
+        per_task = r.get("success_rate_per_task") or {}
+        lowest = min(per_task.items(), key=lambda kv: kv[1]) if per_task else None
+        worst = f"{lowest[0]} {100 * lowest[1]:.0f}%" if lowest else "-"
+        rows.append(
+            f"| {r['headline']} | {r['task']} | {r['model']} | {r['demos']} | {r['steps']} | "
+            f"{_outcome(r)} | {worst} | {r['anchor']} | {_minutes(r['record_s'])} / "
+            f"{_minutes(r['train_s'])} / {_minutes(r['eval_s'])} | {_provenance(r)} |"
         )
     return "\n".join(rows)
 
@@ -141,6 +184,11 @@ def h2r_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
 # README table name -> (the README, the results' folder, the renderer)
 TABLES: dict[str, tuple[Path, Path, Callable[[list[tuple[Path, dict[str, Any]]]], str]]] = {
     "h2r": (ROOT / "packages" / "sim" / "README.md", RESULTS / "h2r", h2r_table),
+    "closed_loop": (
+        ROOT / "packages" / "sim" / "README.md",
+        RESULTS / "closed_loop",
+        closed_loop_table,
+    ),
 }
 
 

@@ -104,3 +104,30 @@ def test_printed_lines_are_saved_with_the_fields_they_lack(
     lines.write_text(json.dumps(other) + "\n")
     with pytest.raises(SystemExit, match="no 'success_rate' lines"):
         headline.main()
+
+
+def test_a_headline_row_names_its_model_anchor_and_a_suites_lowest_task(
+    headline: ModuleType, tmp_path: Path
+) -> None:
+    assert headline.closed_loop_table([]).startswith("No headline result recorded yet")
+    common = {"model": "hpt_small", "demos": 50, "record_s": 99.0, "steps": 7000}
+    cube = _cell(headline="transfer_cube", task="aloha/transfer_cube", anchor="ACT ~90%")
+    suite = _cell(
+        headline="mt10", task="metaworld/mt10", anchor="SmolVLA 68% (MT50)",
+        success_at_steps={}, mean_steps_to_success=None, expert_mean_steps_to_success=None,
+        success_rate_per_task={"reach-v3": 0.95, "peg-insert-side-v3": 0.45},
+    )  # fmt: skip
+    for line in (cube, suite):
+        headline.save(line | common, tmp_path / f"{line['headline']}.json", commit="c0ffee1")
+    rows = headline.closed_loop_table(headline.load(tmp_path)).splitlines()
+    assert len({row.count("|") for row in rows}) == 1  # every row as wide as the header
+    mt10, cube_row = rows[2:]
+    assert mt10.startswith("| mt10 | metaworld/mt10 | hpt_small | 50 | 7000 |")
+    assert "| peg-insert-side-v3 45% | SmolVLA 68% (MT50) |" in mt10
+    assert "| -/100 | - (-) |" in mt10  # no step figures for a suite
+    assert "| - | ACT ~90% | 2 min / 30 min / 5 min |" in cube_row
+
+    del suite["anchor"]
+    headline.save(suite | common, tmp_path / "mt10.json", commit="c")
+    with pytest.raises(SystemExit, match=r"mt10\.json: a result without \['anchor'\]"):
+        headline.closed_loop_table(headline.load(tmp_path))

@@ -1,0 +1,113 @@
+"""One closed-loop cell, as the benchmarks that measure success rates run it: a training run
+through the app, then rollouts of its last checkpoint through `polymimic-sim evaluate`, each
+a subprocess with its output in a log (h2r.py, closed_loop.py and gate_sim.py share it).
+
+A cell's run folder is reused: a finished run is evaluated again without training, an
+interrupted one is resumed from its last checkpoint by the app (resume=auto).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EVAL_SEED = 1000  # held-out seeds start here; demonstrations are recorded from 0 on
+
+
+def finished_run(run_dir: Path, steps: int) -> bool:
+    """Whether the training run in `run_dir` finished (its `steps`, or exit naming both).
+
+    An interrupted one is trained again: the app resumes it from its last checkpoint
+    (resume=auto), so no half-trained cell is evaluated.
+    """
+    from polymimic_train import read_record
+
+    record = read_record(run_dir)
+    if record.get("state") != "finished":
+        return False
+    if record.get("steps") != steps:
+        sys.exit(f"{run_dir} trained {record.get('steps')} steps, not --steps {steps}: "
+                 "use another --workdir for another budget (a cell is its name)")  # fmt: skip
+    return True
+
+
+def run_logged(args: list[str], log: Path) -> float:
+    """Seconds `args` took; its output in `log`; exits with it when it fails."""
+    start = time.perf_counter()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        result = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed; see {log}")
+    return time.perf_counter() - start
+
+
+def _model_choice(run_dir: Path) -> str | None:
+    """The model config a run composed (`model=...`), from Hydra's record of its choices."""
+    from omegaconf import OmegaConf
+
+    hydra = run_dir / ".hydra" / "hydra.yaml"
+    if not hydra.is_file():
+        return None
+    return OmegaConf.load(hydra).hydra.runtime.choices.get("model")
+
+
+def train_and_evaluate(
+    cell: str,
+    roots: list[Path],
+    data: str,
+    work: Path,
+    *,
+    task: str,
+    steps: int,
+    episodes: int,
+    workers: int,
+    overrides: list[str],
+) -> dict[str, Any]:
+    """A training run named `cell` on `roots` (data config `data`, `overrides` after it),
+    then `episodes` closed-loop episodes of `task` from seed EVAL_SEED on (per task, for a
+    suite): the evaluation's figures, the wall times and both command lines."""
+    runs = work / "runs" / cell
+    train = [
+        sys.executable, "-m", "polymimic_train", f"name={cell}", f"data={data}",
+        f"data.roots=[{','.join(map(str, roots))}]", f"trainer.max_steps={steps}",
+        "trainer.enable_progress_bar=false", f"hydra.run.dir={runs}", *overrides,
+    ]  # fmt: skip
+    checkpoint = runs / "checkpoints" / "last.ckpt"
+    train_s = 0.0 if finished_run(runs, steps) else run_logged(train, work / f"{cell}.train.log")
+    out = work / "eval" / cell
+    evaluate = [
+        str(Path(sys.executable).with_name("polymimic-sim")), "evaluate", str(checkpoint),
+        task, "--episodes", str(episodes), "--seed", str(EVAL_SEED),
+        "--workers", str(workers), "--videos", "2", "--out", str(out),
+    ]  # fmt: skip
+    eval_s = run_logged(evaluate, work / f"{cell}.eval.log")
+    summary = json.loads((out / "summary.json").read_text())
+    trained = json.loads((runs / "summary.json").read_text())
+    return {
+        "model": _model_choice(runs),
+        "val_action_error": trained.get("val_action_error"),
+        "baseline_action_error": trained.get("baseline_action_error"),
+        "successes": summary["successes"],
+        "episodes": summary["episodes"],
+        "wilson95": summary["success_rate_wilson95"],
+        "strict_successes": summary["strict_success"]["successes"],
+        "strict_wilson95": summary["strict_success"]["wilson95"],
+        # a suite's summary (metaworld/mt10) pools its tasks' counts and has each task's rate
+        # instead of the step figures, which differ in meaning from task to task
+        "success_at_steps": {
+            n: r["successes"] for n, r in summary.get("success_at_steps", {}).items()
+        },
+        "mean_steps_to_success": summary.get("mean_steps_to_success"),
+        "expert_mean_steps_to_success": summary.get("expert_mean_steps_to_success"),
+        **{k: summary[k] for k in ("success_rate_per_task",) if k in summary},
+        "seeds": [EVAL_SEED, EVAL_SEED + episodes - 1],
+        "train_s": round(train_s, 1),
+        "eval_s": round(eval_s, 1),
+        "train_command": " ".join(train),
+        "eval_command": " ".join(evaluate),
+    }

@@ -1,0 +1,114 @@
+"""The headline closed-loop figures, each from a fresh recording and training (issue 30).
+
+    python benchmarks/closed_loop.py --headline transfer_cube|insertion|mt10
+                                     [--demos N] [--steps N] [--episodes N] [--workers 2]
+                                     [--workdir DIR] [--results DIR | --no-results]
+                                     [--train-args OVERRIDE ...]
+
+A headline is a task, the demonstrations recorded of it, a training budget and the held-out
+seeds it is evaluated on, with the figure the field reports for it beside ours:
+
+- `transfer_cube`: ALOHA's transfer cube from 50 scripted demonstrations (ACT ~90%);
+- `insertion`: ALOHA's insertion from 50 (ACT ~50%);
+- `mt10`: MetaWorld's MT10, one policy for its ten tasks told apart by the prompt, 50
+  demonstrations of each (SmolVLA 68% on MT50, pi0 ~50%, Diffusion Policy ~10%).
+
+Each records its demonstrations (seeds 0 on), trains hpt_small through the app, evaluates
+200 held-out episodes (seeds 1000 on; 20 of each task for a suite) and prints one JSON line:
+standard and strict success with 95% Wilson intervals, success at the registered step limit
+and at 400, steps to success beside the expert's, the wall times of recording, training and
+evaluation, and the commands. The line is saved as `--results`/<headline>.json with the
+commit and the machine, and the sim README's table is generated from those files
+(`python benchmarks/headline.py table`). `--workdir` is reused: a rerun records nothing twice
+and resumes an interrupted training from its last checkpoint. Run one at a time on a small
+CPU: each takes about an hour on 2 cores (mt10's recording alone about 75 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+
+from cells import train_and_evaluate
+from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
+from headline import RESULTS, save
+
+from polymimic_sim import record
+
+emit = figure_printer("closed_loop")
+
+
+@dataclasses.dataclass(frozen=True)
+class Headline:
+    task: str
+    data: str  # the data config
+    demos: int  # of each task, for a suite
+    steps: int
+    episodes: int  # of each task, for a suite
+    anchor: str  # what the field reports on it
+    overrides: tuple[str, ...] = ()
+
+
+HEADLINES = {
+    "transfer_cube": Headline(
+        "aloha/transfer_cube", "sim_aloha_transfer_cube", 50, 7000, 200,
+        "ACT ~90% (Zhao et al. 2023), LeRobot's ACT 87.6%",
+    ),
+    "insertion": Headline(
+        "aloha/insertion", "sim_aloha_transfer_cube", 50, 7000, 200, "ACT ~50% (Zhao et al. 2023)",
+        ("data.sim_task=aloha/insertion",),
+    ),
+    "mt10": Headline(
+        "metaworld/mt10", "sim_metaworld_mt10", 50, 6000, 20,
+        "MT50: SmolVLA 68%, pi0 ~50%, Diffusion Policy ~10%",
+    ),
+}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--headline", required=True, choices=sorted(HEADLINES))
+    parser.add_argument("--demos", type=int, help="demonstrations (of each task of a suite)")
+    parser.add_argument("--steps", type=int, help="training steps")
+    parser.add_argument("--episodes", type=int, help="held-out episodes (of each task)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, default=Path("closed-loop-work"))
+    more = "more overrides for the training run, e.g. model=hpt_12m"
+    parser.add_argument("--train-args", nargs="*", default=[], help=more)
+    parser.add_argument("--results", type=Path, default=RESULTS / "closed_loop",
+                        help="where the result is saved, <headline>.json (the sim README's "
+                        "table is generated from them: headline.py table)")  # fmt: skip
+    parser.add_argument("--no-results", dest="results", action="store_const", const=None,
+                        help="save no result (a trial run)")  # fmt: skip
+    opts = parser.parse_args()
+    spec = HEADLINES[opts.headline]
+    demos, steps = opts.demos or spec.demos, opts.steps or spec.steps
+    episodes = opts.episodes or spec.episodes
+    for flag, value in (("--demos", demos), ("--steps", steps), ("--episodes", episodes)):
+        if value < 1:
+            parser.error(f"{flag}: at least 1, got {value}")
+    work = opts.workdir.resolve() / opts.headline
+
+    start = time.perf_counter()
+    demos_dir = work / "demos"
+    report = record(spec.task, demos_dir, episodes=demos)
+    record_s = time.perf_counter() - start
+    recorded = len(report.written) + len(report.kept)  # the expert's failures are not written
+    result = train_and_evaluate(
+        opts.headline, [demos_dir], spec.data, work, task=spec.task, steps=steps,
+        episodes=episodes, workers=opts.workers, overrides=[*spec.overrides, *opts.train_args],
+    )  # fmt: skip
+    line = emit(
+        "success_rate", result["successes"] / result["episodes"], "fraction",
+        headline=opts.headline, task=spec.task, demos=demos, demos_recorded=recorded,
+        expert_success=report.success_rate, steps=steps, anchor=spec.anchor,
+        record_s=round(record_s, 1), **result,
+    )  # fmt: skip
+    if opts.results:
+        save(line, opts.results / f"{opts.headline}.json")
+
+
+if __name__ == "__main__":
+    main()
