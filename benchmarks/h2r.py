@@ -9,15 +9,18 @@ robot succeed more often, at fewer robot demonstrations? (issue 29; DESIGN.md, "
 Records `max(--robot-demos)` robot demonstrations of `--task` (seeds 0 on) and
 `--hands-demos` of a person's hands doing its twin (`hands/<task>`, seeds 100000 on, so no
 hands episode shares its objects' placement with a robot one). The robot is
-`aloha_ee/<task>`, driven by end-effector poses as the hands move, or `aloha/<task>`,
-driven by joints, whose actions share nothing with the hands' (the trunk and the image stem
-are what they share). Then for each N in `--robot-demos` and each arm it trains a policy
-and evaluates it on the robot in closed loop over `--eval-episodes` held-out seeds (1000 on):
+`aloha_ee/<task>`, driven by end-effector poses as the hands move (seen from the `top`
+camera); `aloha_ego/<task>`, the same seen as eva sees, through a camera on its head at the
+person's viewpoint (EgoMimic's setting: one viewpoint for both, the appearance gap kept); or
+`aloha/<task>`, driven by joints, whose actions share nothing with the hands' (the trunk and
+the image stem are what they share). Then for each N in `--robot-demos` and each arm it
+trains a policy and evaluates it on the robot in closed loop over `--eval-episodes` held-out
+seeds (1000 on):
 
 - `robot`: the first N robot demonstrations alone (data=sim_aloha_ee_transfer_cube, or
   sim_aloha_transfer_cube for the joints);
 - `cotrain`: the same N with every hands demonstration (data=sim_cotrain_transfer_cube),
-  one image stem shared by the robot's top camera and the person's egocentric one;
+  one image stem shared by the robot's camera and the person's egocentric one;
 - `pretrain`: a policy trained on the hands alone (once) gives its trunk and image stem to a
   policy fine-tuned on the N robot demonstrations (`model.pretrained`, by hash);
 - `shuffled` (a control): as cotrain, but each hands episode's motions come from another
@@ -28,10 +31,12 @@ strict, within 300 and 400 steps, steps to success beside the expert's), the see
 the demonstrations, the training steps and the wall times of training and evaluation, and
 the command lines that made it. It is saved as `--results`/<task>/<cell>.json with the
 commit and the machine; the sim README's table is generated from those files
-(`python benchmarks/headline.py table`). Recordings and runs stay under `--workdir`
-(reused: a rerun records nothing twice, trains no finished cell again and resumes an
+(`python benchmarks/headline.py table`). Recordings and runs stay under `--workdir`, the
+hands' at its top (every robot task shares them), the robot's under `<task>/` (e.g.
+`aloha_ee_transfer_cube/`: its demonstrations, runs and rollouts). The folder is
+reused: a rerun records nothing twice, trains no finished cell again and resumes an
 interrupted one from its last checkpoint; a resumed cell's `train_s` counts only the resumed
-part). Run cells one at a time on a small CPU (two heavy jobs on 2 cores each go about 5x
+part. Run cells one at a time on a small CPU (two heavy jobs on 2 cores each go about 5x
 slower).
 """
 
@@ -55,9 +60,14 @@ from polymimic_sim import record
 
 emit = figure_printer("h2r")
 HANDS_SEED = 100_000  # the hands' seeds: apart from the robot's (0 on) and the evaluation's
-# the robot's data config per family; cotraining takes sim_cotrain_transfer_cube's `robot`
-# dataset filtered to the robot's task: its own head either way (joints or poses)
-ROBOT_DATA = {"aloha_ee": "sim_aloha_ee_transfer_cube", "aloha": "sim_aloha_transfer_cube"}
+# per robot family: its data config, that config's dataset and the robot's camera.
+# Cotraining takes sim_cotrain_transfer_cube's `robot` dataset filtered to the robot's task
+# and given its camera: its own head either way (joints or poses)
+ROBOTS = {
+    "aloha_ee": ("sim_aloha_ee_transfer_cube", "aloha_ee", "top"),
+    "aloha_ego": ("sim_aloha_ee_transfer_cube", "aloha_ee", "front_1"),  # eva's head camera
+    "aloha": ("sim_aloha_transfer_cube", "aloha", "top"),
+}
 NUMERIC = ("left.obs_wrist_pose", "left.obs_keypoints", "right.obs_wrist_pose",
            "right.obs_keypoints", "obs_head_pose")  # fmt: skip
 
@@ -109,9 +119,10 @@ def shuffled_hands(hands: Path, dest: Path, seed: int = 0) -> Path:
     return dest
 
 
-def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
+def pretrained_model(work: Path, camera: str, opts: argparse.Namespace) -> list[str]:
     """Train on the hands alone (once); the overrides that start a robot run from its trunk
-    and image stem (a model config written under `work`, found through Hydra's search path)."""
+    and image stem, the robot's `camera` read by that stem (a model config written under
+    `work`, found through Hydra's search path)."""
     from polymimic_policies import pretrained_parts
     from polymimic_serve import load_policy
 
@@ -132,7 +143,7 @@ def pretrained_model(work: Path, opts: argparse.Namespace) -> list[str]:
     parts = pretrained_parts(saved, ["trunk", "stems.image"])
     model_dir = work / "configs" / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
-    lines = ["defaults: [hpt_small, _self_]", "shared_stems: {top: image}", "pretrained:"]
+    lines = ["defaults: [hpt_small, _self_]", f"shared_stems: {{{camera}: image}}", "pretrained:"]
     lines += [f"  {n}: {{path: {p['path']}, sha256: {p['sha256']}}}" for n, p in parts.items()]
     (model_dir / "h2r_pretrained.yaml").write_text("\n".join(lines) + "\n")
     return [f"hydra.searchpath=[file://{work / 'configs'}]", "model=h2r_pretrained"]
@@ -171,12 +182,16 @@ def main() -> None:
         parser.error(f"--tag: letters, digits, _ and - (it names a run folder), got {opts.tag!r}")
     work = opts.workdir.resolve()
     family, _, name = opts.task.partition("/")
-    if family not in ROBOT_DATA:
+    if family not in ROBOTS:
         parser.error(f"--task: the robot the hands transfer to, aloha_ee/<task> (its poses, as "
-                     f"the hands') or aloha/<task> (its joints), got {opts.task}")  # fmt: skip
+                     f"the hands'), aloha_ego/<task> (the same, seeing from the hands' "
+                     f"viewpoint) or aloha/<task> (its joints), got {opts.task}")  # fmt: skip
+    data, dataset, camera = ROBOTS[family]
+    # the robot's recordings, runs and rollouts per task; the hands' are shared
+    robot_work = work / opts.task.replace("/", "_")
 
     start = time.perf_counter()
-    report = record(opts.task, work / "robot", episodes=max(counts))
+    report = record(opts.task, robot_work / "robot", episodes=max(counts))
     emit("robot_record_s", time.perf_counter() - start, "s", episodes=max(counts),
          written=len(report.written), kept=len(report.kept),
          expert_success=report.success_rate)  # fmt: skip
@@ -189,24 +204,27 @@ def main() -> None:
              expert_success=report.success_rate)  # fmt: skip
     # the robot's task (and the hands' twin of it) where the configs name transfer cube's
     tasks = [f"data.sim_task={opts.task}"]
-    shared = ["+model.shared_stems.top=image", "+model.shared_stems.front_1=image", *tasks,
-              f"data.datasets.robot.filters.sim_task={opts.task}",
+    alone = [*tasks, f"data.datasets.{dataset}.cameras=[{camera}]"]
+    shared = [f"+model.shared_stems.{camera}=image", "+model.shared_stems.front_1=image",
+              *tasks, f"data.datasets.robot.filters.sim_task={opts.task}",
+              f"data.datasets.robot.cameras=[{camera}]",
               f"data.datasets.hands.filters.sim_task=hands/{name}"]  # fmt: skip
-    pretrained = pretrained_model(work, opts) if "pretrain" in arms else []
+    shared = list(dict.fromkeys(shared))  # the robot's camera may be front_1 itself
+    pretrained = pretrained_model(work, camera, opts) if "pretrain" in arms else []
     for n in counts:
-        robot = robot_subset(work / "robot", n, work / f"robot_{n}")
+        robot = robot_subset(robot_work / "robot", n, robot_work / f"robot_{n}")
         cells = {
-            "robot": ([robot], ROBOT_DATA[family], tasks),
+            "robot": ([robot], data, alone),
             "cotrain": ([robot, hands], "sim_cotrain_transfer_cube", shared),
-            "pretrain": ([robot], ROBOT_DATA[family], tasks + pretrained),
+            "pretrain": ([robot], data, alone + pretrained),
             "shuffled": ([robot, shuffled_hands(hands, work / "hands_shuffled")]
                          if "shuffled" in arms else [], "sim_cotrain_transfer_cube", shared),
         }  # fmt: skip
         for arm in arms:
-            roots, data, extra = cells[arm]
+            roots, data_config, extra = cells[arm]
             cell = f"{arm}_n{n}" + (f"_{opts.tag}" if opts.tag else "")
             result = train_and_evaluate(
-                cell, roots, data, work, task=opts.task, steps=opts.steps,
+                cell, roots, data_config, robot_work, task=opts.task, steps=opts.steps,
                 episodes=opts.eval_episodes, workers=opts.workers,
                 overrides=[*extra, *opts.train_args],
             )  # fmt: skip

@@ -81,6 +81,49 @@ def test_an_action_goes_to_the_world_and_back() -> None:
         task.close()
 
 
+def test_aloha_ego_sees_from_the_persons_viewpoint_and_gives_poses_in_its_frame(
+    tmp_path: Path,
+) -> None:
+    """eva's view: aloha_ego carries `front_1` on its head, at the hands' egocentric
+    viewpoint (fixed, the arms drawn), its poses in that camera's frame."""
+    from polymimic_sim.camera_frames import place_camera, world_to_camera
+
+    report = record("aloha_ego/transfer_cube", tmp_path, episodes=1, image_size=SIZE,
+                    progress=False)  # fmt: skip
+    assert report.success_rate == 1.0  # the expert does the task through the head's frame
+    _validate(tmp_path)
+    (episode,) = resolve_episodes(tmp_path)
+    assert episode.embodiment == "sim/aloha_ego" == task_embodiment("aloha_ego/transfer_cube")
+    keys = set(EpisodeReader(episode.path).keys())
+    assert "images.front_1" in keys and "images.top" not in keys and "left.cmd_ee_pose" in keys
+    robot = make_task("aloha_ego/transfer_cube", image_size=SIZE)
+    hands = make_task("hands/transfer_cube", image_size=SIZE)
+    try:
+        first = robot.reset(0)
+        hands.reset(0)
+        head = robot.head  # type: ignore[attr-defined]
+        assert np.linalg.norm(head[:3] - hands._head_pose[:3]) < 0.05  # type: ignore[attr-defined]
+        in_head = world_to_camera(head, robot.gripper_poses())  # type: ignore[attr-defined]
+        assert np.allclose(first["state"][:3], in_head[0, :3], atol=1e-5)
+        assert np.allclose(first["state"][10:13], in_head[1, :3], atol=1e-5)
+        loaded = EpisodeDataset([episode], embodiment="sim/aloha_ego", cameras=("front_1",),
+                                history=1, horizon=4, image_size=SIZE)[0]  # fmt: skip
+        assert np.allclose(np.asarray(loaded["state"])[0], first["state"], atol=1e-5)
+        # the frame is the `angle` camera placed at the head, the arms drawn (not the hands')
+        model, data = robot.env.physics.model.ptr, robot.env.physics.data.ptr  # type: ignore[attr-defined]
+        place_camera(model, data, model.camera("angle").id, head)
+        robot.renderer.update_scene(data, camera="angle")  # type: ignore[attr-defined]
+        assert np.array_equal(robot.render()["front_1"], robot.renderer.render())  # type: ignore[attr-defined]
+        assert np.abs(first["images"]["front_1"].astype(int) - hands.render()["front_1"]).mean() > 1
+    finally:
+        robot.close()
+        hands.close()
+    with pytest.raises(ValueError, match=r"'front_1' is the model's 'angle' camera moved"):
+        make_task("aloha_ego/transfer_cube", image_size=SIZE, cameras=["front_1", "angle"])
+    with pytest.raises(ValueError, match=r"the robot that carries it is aloha_ego/transfer_cube"):
+        make_task("aloha_ee/transfer_cube", image_size=SIZE, cameras=["front_1"])
+
+
 def test_the_hands_episode_holds_what_human_data_holds(recorded) -> None:
     _validate(recorded["hands"])
     (episode,) = resolve_episodes(recorded["hands"])

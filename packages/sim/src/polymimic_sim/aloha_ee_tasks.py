@@ -3,9 +3,15 @@
 The same bimanual ViperX tasks as `aloha/<task>` (objects drawn from the seed the same way,
 success the same top reward), run in their end-effector variant: each gripper follows a
 mocap target (gym-aloha's `sim_end_effector` tasks, with aloha_tasks' weld fix). Poses are
-in the `top` camera's frame (+x right, +y down, +z forward), rotations as rot6d, so the policy
-sees the arms as eva's layouts give them and no quaternion sign flip reaches a regression
-target (this camera looks straight down: a level gripper sits at w = 0).
+in a camera's frame (+x right, +y down, +z forward), rotations as rot6d, so the policy sees
+the arms as eva's layouts give them and no quaternion sign flip reaches a regression target:
+the `top` camera's (it looks straight down: a level gripper sits at w = 0).
+
+`aloha_ego/<task>` is the same robot seen as eva sees, through a camera on its head
+(`front_1`, aria's name, as eva wears an Aria): fixed where a seated person's eyes would be,
+the viewpoint of the person's egocentric camera in `hands/<task>` without the head's motion,
+the arms drawn. Its poses are in that camera's frame. It is its own embodiment
+(`sim/aloha_ego`): a declaration names its cameras, and one name has one declaration.
 
 - state (20): per arm (left, then right) the gripper's position (3) and rotation (rot6d, 6)
   in the camera frame, and its opening (1; 0 closed .. 1 open);
@@ -24,13 +30,22 @@ from typing import Any
 import numpy as np
 
 from polymimic_data.geometry import convert
-from polymimic_sim.aloha_tasks import MAX_STEPS, AlohaScene, mocap_plan
-from polymimic_sim.camera_frames import camera_pose, camera_to_world, world_to_camera
+from polymimic_sim.aloha_tasks import (
+    HEAD_CAMERA,
+    MAX_STEPS,
+    MUJOCO_HEAD_CAMERA,
+    AlohaScene,
+    head_pose,
+    mocap_plan,
+)
+from polymimic_sim.camera_frames import camera_pose, camera_to_world, place_camera, world_to_camera
+from polymimic_sim.rendering import render_cameras
 from polymimic_sim.task_types import Step, observation_of
 
 EMBODIMENT = "sim/aloha_ee"
+EGO_EMBODIMENT = "sim/aloha_ego"
 DEFAULT_CAMERAS = ("top",)
-FRAME_CAMERA = "top"  # the camera whose frame the poses are in
+FRAME_CAMERA = "top"  # the camera whose frame the poses are in (the head camera's, with one)
 SIDES = ("left", "right")
 ARM_WIDTH = 10  # position 3, rot6d 6, gripper 1
 # A robot's controller's limits on a target: within reach, and at most this far from the last
@@ -73,16 +88,42 @@ class AlohaEndEffectorTask(AlohaScene):
     embodiment = EMBODIMENT
     family = "aloha_ee"
     end_effector = True
+    default_cameras: tuple[str, ...] = DEFAULT_CAMERAS
+    head_camera = False  # whether the robot carries the egocentric camera (aloha_ego)
 
     def __init__(self, task: str, **options: Any) -> None:
-        super().__init__(task, **options)  # image_size, cameras, cheap_rendering
+        cameras = list(options.get("cameras") or self.default_cameras)
+        if HEAD_CAMERA in cameras and not self.head_camera:
+            raise ValueError(
+                f"cameras: {HEAD_CAMERA!r} is the camera on eva's head; the robot that carries "
+                f"it is aloha_ego/{task}"
+            )
+        if HEAD_CAMERA in cameras and MUJOCO_HEAD_CAMERA in cameras:
+            raise ValueError(
+                f"cameras: {HEAD_CAMERA!r} is the model's {MUJOCO_HEAD_CAMERA!r} camera moved to "
+                f"the robot's head; ask for one of them, got {cameras}"
+            )
+        super().__init__(task, **{**options, "cameras": cameras})  # image_size, cheap_rendering
         self.fps = 50.0
+        self.head = head_pose() if self.head_camera else None
         self._camera = np.zeros(7)
         self._last = np.zeros(16)  # the last target sent (world frame)
         self._plan: tuple[np.ndarray, np.ndarray] | None = None
 
+    def mujoco_cameras(self) -> list[str]:
+        """The model's cameras drawn: the head camera is its `angle` one, moved."""
+        return [MUJOCO_HEAD_CAMERA if c == HEAD_CAMERA else c for c in self.cameras]
+
+    def render(self) -> dict[str, np.ndarray]:
+        """The cameras' frames of the current state, the head camera at the robot's head."""
+        data = self.env.physics.data.ptr
+        if HEAD_CAMERA in self.cameras and self.head is not None:
+            place_camera(self.model, data, self.model.camera(MUJOCO_HEAD_CAMERA).id, self.head)
+        frames = render_cameras(self.renderer, data, self.mujoco_cameras())
+        return {c: frames[m] for c, m in zip(self.cameras, self.mujoco_cameras(), strict=True)}
+
     def declaration(self) -> dict[str, Any]:
-        """Its episodes' embodiment: eva's keys, poses in the top camera's frame, rot6d."""
+        """Its episodes' embodiment: eva's keys, poses in a camera's frame, rot6d."""
         groups = [
             {"name": f"{side}_{part}", "kind": kind, "width": width}
             for side in SIDES
@@ -90,7 +131,7 @@ class AlohaEndEffectorTask(AlohaScene):
                                       ("gripper", "gripper", 1))
         ]  # fmt: skip
         return {
-            "name": EMBODIMENT,
+            "name": self.embodiment,
             "family": "robot",
             "fps": self.fps,
             "cameras": list(self.cameras),
@@ -114,7 +155,11 @@ class AlohaEndEffectorTask(AlohaScene):
         """A new episode, its objects drawn from `seed`: the first observation."""
         self._plan = None
         self._reset_scene(seed)
-        self._camera = camera_pose(self.env.physics.data.ptr, self.model.camera(FRAME_CAMERA).id)
+        self._camera = (
+            self.head
+            if self.head is not None
+            else camera_pose(self.env.physics.data.ptr, self.model.camera(FRAME_CAMERA).id)
+        )
         self._last = self.mocap_commands()
         return self._observation()
 
@@ -158,3 +203,12 @@ class AlohaEndEffectorTask(AlohaScene):
         tick = min(self.steps, MAX_STEPS - 1)
         left, right = self._plan
         return self.to_action(np.concatenate([left[tick], right[tick]]))
+
+
+class AlohaEgoTask(AlohaEndEffectorTask):
+    """`aloha_ego/<task>`: the end-effector robot through eva's head camera (module docstring)."""
+
+    embodiment = EGO_EMBODIMENT
+    family = "aloha_ego"
+    default_cameras = (HEAD_CAMERA,)
+    head_camera = True

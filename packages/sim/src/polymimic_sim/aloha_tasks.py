@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from polymimic_data.geometry import matrix_to_quat
+from polymimic_sim.camera_frames import look_at
 from polymimic_sim.rendering import (
     camera_renderer,
     ensure_headless_rendering,
@@ -61,6 +63,14 @@ from polymimic_sim.task_types import (
 
 EMBODIMENT = "sim/aloha"
 DEFAULT_CAMERAS = ("top",)
+# The egocentric camera: where a seated person's eyes would be, in front of the table,
+# looking down at where the hands work. A person carries it on the head (hands/<task>,
+# moving); eva carries one on its head too (aloha_ego/<task>, fixed). Both are the model's
+# `angle` camera moved there; episodes call it aria's name.
+HEAD_CAMERA = "front_1"
+MUJOCO_HEAD_CAMERA = "angle"
+EYE = np.array([0.0, 0.15, 0.5])
+GAZE = np.array([0.0, 0.55, 0.05])
 MAX_STEPS = 400  # the scripts' length (gym-aloha registers 300, too short for them)
 REGISTERED_STEPS = 300  # gym-aloha's max_episode_steps for both tasks
 HOLD_SECONDS = 0.5  # how long a strict success holds
@@ -359,11 +369,16 @@ def hide_mocap_sites(model: Any) -> None:
     model.site_rgba[:, 3] = 0.0
 
 
+def head_pose(eye: np.ndarray = EYE, gaze: np.ndarray = GAZE) -> np.ndarray:
+    """The egocentric camera's pose (7,: xyz, quaternion, project axes), level, at `eye`."""
+    return np.concatenate([eye, matrix_to_quat(look_at(eye, gaze))])
+
+
 class AlohaScene:
     """What every ALOHA task shares.
 
     Its name and prompt, the simulator with its objects placed from the seed, a renderer,
-    the episode's seed and tick, `close`. A family (`aloha`, `aloha_ee`, `hands`) sets
+    the episode's seed and tick, `close`. A family (`aloha`, `aloha_ee`, `aloha_ego`, `hands`) sets
     `family` and `end_effector` (the mocap variant of the task, its target markers hidden).
     """
 

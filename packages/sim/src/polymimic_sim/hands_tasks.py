@@ -23,7 +23,8 @@ the same seed, the expert's motions, but holding only what human data holds, wit
 The task steps the physics at the robot's 50 Hz: one 30 Hz frame is one or two ticks, the
 mocap targets interpolated between frames. Its actions are the hands' world targets (16:
 per hand xyz, quaternion, opening); they are not stored (a person's data has none). It
-records; a policy is evaluated on `aloha_ee/<task>`.
+records; a policy is evaluated on `aloha_ee/<task>` (or `aloha_ego/<task>`, the robot
+seeing from this viewpoint).
 """
 
 from __future__ import annotations
@@ -33,20 +34,27 @@ from typing import Any
 import numpy as np
 
 from polymimic_data.geometry import matrix_to_quat, pose_to_matrix
-from polymimic_sim.aloha_tasks import MAX_STEPS, SCRIPTS, AlohaScene, mocap_plan
+from polymimic_sim.aloha_tasks import (
+    EYE,
+    GAZE,
+    HEAD_CAMERA,
+    MAX_STEPS,
+    MUJOCO_HEAD_CAMERA,
+    SCRIPTS,
+    AlohaScene,
+    mocap_plan,
+)
 from polymimic_sim.camera_frames import look_at, place_camera, project
 from polymimic_sim.rendering import render_cameras
 from polymimic_sim.task_types import Step, observation_of
 
 EMBODIMENT = "sim/hands"
-CAMERA = "front_1"  # the episodes' name for the egocentric camera
-MUJOCO_CAMERA = "angle"  # the model's camera it moves (in front of the table)
+CAMERA = HEAD_CAMERA  # the episodes' name for the egocentric camera
+MUJOCO_CAMERA = MUJOCO_HEAD_CAMERA  # the model's camera it moves (in front of the table)
 SIDES = ("left", "right")
 FPS = 30.0
 TICKS_PER_FRAME = 50.0 / FPS  # the physics runs at the robot's 50 Hz
 NOT_DETECTED = 1e9
-EYE = np.array([0.0, 0.15, 0.5])  # a seated person's eyes, in front of the table
-GAZE = np.array([0.0, 0.55, 0.05])  # looking down at where the hands work
 SKIN = (0.87, 0.67, 0.55, 1.0)
 POSITION_NOISE = 0.01 / np.sqrt(3)  # per axis: about 1 cm in all
 ROTATION_NOISE = np.deg2rad(2.0)

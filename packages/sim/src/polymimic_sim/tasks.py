@@ -5,10 +5,10 @@ A task gives observations in the form polymimic-serve takes (`state` (S,), `imag
 says when it has succeeded, and has a scripted expert for demonstrations. Names:
 `metaworld/<task>` (e.g. `metaworld/reach-v3`; the `metaworld` extra) and
 `aloha/transfer_cube`, `aloha/insertion`, the same driven by end-effector poses
-(`aloha_ee/<task>`) and done by a person's hands (`hands/<task>`; all need the `aloha`
-extra). A suite names several tasks at once (`metaworld/mt10`, `metaworld/mt50`:
-MetaWorld's multi-task benchmarks); `suite_tasks` expands it, and `record` and the rollouts
-take either.
+(`aloha_ee/<task>`; `aloha_ego/<task>` seen through a camera on the robot's head, as eva's)
+and done by a person's hands (`hands/<task>`; all need the `aloha` extra). A suite names
+several tasks at once (`metaworld/mt10`, `metaworld/mt50`: MetaWorld's multi-task
+benchmarks); `suite_tasks` expands it, and `record` and the rollouts take either.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def aloha_tasks() -> list[str]:
     return [f"{family}/{name}" for family in ALOHA_FAMILIES for name in task_names()]
 
 
-ALOHA_FAMILIES = ("aloha", "aloha_ee", "hands")
+ALOHA_FAMILIES = ("aloha", "aloha_ee", "aloha_ego", "hands")
 
 
 SUITES = {"metaworld/mt10": "MT10_V3", "metaworld/mt50": "MT50_V3"}
@@ -50,7 +50,7 @@ def suite_tasks(name: str) -> list[str]:
     return [f"metaworld/{task}" for task in benchmark_tasks(SUITES[name])]
 
 
-FAMILIES = ("metaworld", "aloha", "aloha_ee", "hands")
+FAMILIES = ("metaworld", *ALOHA_FAMILIES)
 
 
 def _task_class(family: str) -> type:
@@ -67,6 +67,10 @@ def _task_class(family: str) -> type:
         from polymimic_sim.aloha_ee_tasks import AlohaEndEffectorTask
 
         return AlohaEndEffectorTask
+    if family == "aloha_ego":
+        from polymimic_sim.aloha_ee_tasks import AlohaEgoTask
+
+        return AlohaEgoTask
     from polymimic_sim.hands_tasks import HandsTask
 
     return HandsTask
@@ -75,6 +79,7 @@ def _task_class(family: str) -> type:
 EMBODIMENTS = {
     "aloha": "sim/aloha",
     "aloha_ee": "sim/aloha_ee",
+    "aloha_ego": "sim/aloha_ego",
     "hands": "sim/hands",
     "metaworld": "sim/metaworld_sawyer",
 }
@@ -111,7 +116,8 @@ def make_task(
         return make(task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering)
     raise UnknownTaskError(
         f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
-        "(e.g. metaworld/reach-v3), or aloha/<task>, aloha_ee/<task> or hands/<task> "
+        "(e.g. metaworld/reach-v3), or aloha/<task>, aloha_ee/<task>, aloha_ego/<task> or "
+        "hands/<task> "
         "(transfer_cube, insertion)"
     )
 
