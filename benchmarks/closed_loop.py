@@ -84,8 +84,8 @@ def main() -> None:
                         help="save no result (a trial run)")  # fmt: skip
     opts = parser.parse_args()
     spec = HEADLINES[opts.headline]
-    demos, steps = opts.demos or spec.demos, opts.steps or spec.steps
-    episodes = opts.episodes or spec.episodes
+    given = {"demos": opts.demos, "steps": opts.steps, "episodes": opts.episodes}
+    demos, steps, episodes = (getattr(spec, k) if v is None else v for k, v in given.items())
     for flag, value in (("--demos", demos), ("--steps", steps), ("--episodes", episodes)):
         if value < 1:
             parser.error(f"{flag}: at least 1, got {value}")
