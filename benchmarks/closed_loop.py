@@ -33,7 +33,7 @@ from pathlib import Path
 
 from cells import train_and_evaluate
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
-from headline import RESULTS, save
+from headline import RESULTS, add_results_arguments, save
 
 from polymimic_sim import record
 
@@ -77,11 +77,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("closed-loop-work"))
     more = "more overrides for the training run, e.g. model=hpt_12m"
     parser.add_argument("--train-args", nargs="*", default=[], help=more)
-    parser.add_argument("--results", type=Path, default=RESULTS / "closed_loop",
-                        help="where the result is saved, <headline>.json (the sim README's "
-                        "table is generated from them: headline.py table)")  # fmt: skip
-    parser.add_argument("--no-results", dest="results", action="store_const", const=None,
-                        help="save no result (a trial run)")  # fmt: skip
+    add_results_arguments(parser, RESULTS / "closed_loop", "<headline>.json")
     opts = parser.parse_args()
     spec = HEADLINES[opts.headline]
     given = {"demos": opts.demos, "steps": opts.steps, "episodes": opts.episodes}

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 from cells import finished_run, run_logged, train_and_evaluate
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
-from headline import RESULTS, save
+from headline import RESULTS, add_results_arguments, save
 
 from polymimic_data import EpisodeReader, resolve_episodes
 from polymimic_data.store import EpisodeWriter
@@ -166,11 +166,7 @@ def main() -> None:
         "--train-args share a --workdir's recordings without reusing its finished runs"
     )
     parser.add_argument("--tag", default="", help=tag)
-    parser.add_argument("--results", type=Path, default=RESULTS / "h2r",
-                        help="where each cell's result is saved, <task>/<cell>.json (the sim "
-                        "README's table is generated from them: headline.py table)")  # fmt: skip
-    parser.add_argument("--no-results", dest="results", action="store_const", const=None,
-                        help="save no result (a trial run)")  # fmt: skip
+    add_results_arguments(parser, RESULTS / "h2r", "<task>/<cell>.json, one per cell")
     opts = parser.parse_args()
     counts = sorted({int(n) for n in opts.robot_demos.split(",")})
     arms = opts.arms.split(",")

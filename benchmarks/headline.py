@@ -80,6 +80,16 @@ def save(line: dict[str, Any], dest: Path, *, commit: str | None = None,
     return write_text_atomic(dest, json.dumps(result, indent=1, sort_keys=True) + "\n")
 
 
+def add_results_arguments(parser: argparse.ArgumentParser, default: Path, where: str) -> None:
+    """`--results DIR` (default `default`; `where` says the file's name under it) and
+    `--no-results`, as every benchmark that saves a headline result takes them."""
+    parser.add_argument("--results", type=Path, default=default,
+                        help=f"where the result is saved, {where} (the READMEs' tables are "
+                        "generated from them: headline.py table)")  # fmt: skip
+    parser.add_argument("--no-results", dest="results", action="store_const", const=None,
+                        help="save no result (a trial run)")  # fmt: skip
+
+
 def load(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     """Every result under `folder`, by path."""
     found = []
@@ -137,13 +147,17 @@ def _provenance(r: dict[str, Any]) -> str:
 OUTCOME_HEADER = "success (95% Wilson) | strict | by tick 300 | ticks to success (expert's)"
 
 
+def _header(columns: str) -> list[str]:
+    """A markdown table's header row for `columns` ("a | b | ..."), and its separator."""
+    return [f"| {columns} |", "|" + "---|" * (columns.count("|") + 1)]
+
+
 def h2r_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
     """The human-to-robot cells, by task, robot demonstrations and cell name."""
-    rows = [
-        f"| task | cell | robot / hands demos | steps | {OUTCOME_HEADER} | train / eval | "
-        "seeds | commit, machine | command |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = _header(
+        f"task | cell | robot / hands demos | steps | {OUTCOME_HEADER} | train / eval | seeds | "
+        "commit, machine | command"
+    )
     for path, r in results:
         _require(path, r, H2R_KEYS)
     ordered = sorted(results, key=lambda pr: (pr[1]["task"], pr[1]["robot_demos"], pr[1]["cell"]))
@@ -162,11 +176,10 @@ def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
         return (
             "No headline result recorded yet (`uv run nox -s bench-closed-loop -- --headline ...`)."
         )
-    rows = [
-        f"| headline | task | model | demos | training steps | {OUTCOME_HEADER} | lowest task | "
-        "the field's | record / train / eval | seeds | commit, machine | command |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = _header(
+        f"headline | task | model | demos | training steps | {OUTCOME_HEADER} | lowest task | "
+        "the field's | record / train / eval | seeds | commit, machine | command"
+    )
     for path, r in results:
         _require(path, r, CLOSED_LOOP_KEYS)
     for _, r in sorted(results, key=lambda pr: pr[1]["headline"]):

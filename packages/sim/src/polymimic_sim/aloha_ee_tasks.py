@@ -119,8 +119,9 @@ class AlohaEndEffectorTask(AlohaScene):
         data = self.env.physics.data.ptr
         if HEAD_CAMERA in self.cameras and self.head is not None:
             place_camera(self.model, data, self.model.camera(MUJOCO_HEAD_CAMERA).id, self.head)
-        frames = render_cameras(self.renderer, data, self.mujoco_cameras())
-        return {c: frames[m] for c, m in zip(self.cameras, self.mujoco_cameras(), strict=True)}
+        drawn = self.mujoco_cameras()
+        frames = render_cameras(self.renderer, data, drawn)
+        return {c: frames[m] for c, m in zip(self.cameras, drawn, strict=True)}
 
     def declaration(self) -> dict[str, Any]:
         """Its episodes' embodiment: eva's keys, poses in a camera's frame, rot6d."""
