@@ -7,15 +7,16 @@ robot succeed more often, at fewer robot demonstrations? (issue 29; DESIGN.md, "
                              [--train-args OVERRIDE ...]
 
 Records `max(--robot-demos)` robot demonstrations of `--task` (seeds 0 on) and
-`--hands-demos` of a person's hands doing its twin (`hands/<task>`, seeds 100000 on, so no
-hands episode shares its objects' placement with a robot one). The robot is
-`aloha_ee/<task>`, driven by end-effector poses as the hands move (seen from the `top`
-camera); `aloha_ego/<task>`, the same seen as eva sees, through a camera on its head at the
-person's viewpoint (EgoMimic's setting: one viewpoint for both, the appearance gap kept); or
-`aloha/<task>`, driven by joints, whose actions share nothing with the hands' (the trunk and
-the image stem are what they share). Then for each N in `--robot-demos` and each arm it
-trains a policy and evaluates it on the robot in closed loop over `--eval-episodes` held-out
-seeds (1000 on):
+`--hands-demos` of a person's hands doing its twin (`hands/<task>`, seeds 100000 on, so no hands
+episode shares its objects' placement with a robot one). The robot is `aloha_ee/<task>`,
+driven by end-effector poses as the hands move (seen from the `top` camera);
+`aloha_ego/<task>`, the same seen as eva sees, through a camera on its head at the person's
+viewpoint (EgoMimic's setting: one viewpoint for both, the appearance gap kept);
+`aloha_ego_masked/<task>`, that robot with its arms masked as the hands' are drawn
+(EgoMimic's arm masking: the appearance gap closed); or `aloha/<task>`, driven by joints,
+whose actions share nothing with the hands' (the trunk and the image stem are what they
+share). Then for each N in `--robot-demos` and each arm it trains a policy and evaluates it
+on the robot in closed loop over `--eval-episodes` held-out seeds (1000 on):
 
 - `robot`: the first N robot demonstrations alone (data=sim_aloha_ee_transfer_cube, or
   sim_aloha_transfer_cube for the joints);
@@ -66,6 +67,7 @@ HANDS_SEED = 100_000  # the hands' seeds: apart from the robot's (0 on) and the 
 ROBOTS = {
     "aloha_ee": ("sim_aloha_ee_transfer_cube", "aloha_ee", "top"),
     "aloha_ego": ("sim_aloha_ee_transfer_cube", "aloha_ee", "front_1"),  # eva's head camera
+    "aloha_ego_masked": ("sim_aloha_ee_transfer_cube", "aloha_ee", "front_1"),  # arms masked
     "aloha": ("sim_aloha_transfer_cube", "aloha", "top"),
 }
 NUMERIC = ("left.obs_wrist_pose", "left.obs_keypoints", "right.obs_wrist_pose",
@@ -181,7 +183,8 @@ def main() -> None:
     if family not in ROBOTS:
         parser.error(f"--task: the robot the hands transfer to, aloha_ee/<task> (its poses, as "
                      f"the hands'), aloha_ego/<task> (the same, seeing from the hands' "
-                     f"viewpoint) or aloha/<task> (its joints), got {opts.task}")  # fmt: skip
+                     f"viewpoint), aloha_ego_masked/<task> (that, its arms masked as the "
+                     f"hands') or aloha/<task> (its joints), got {opts.task}")  # fmt: skip
     data, dataset, camera = ROBOTS[family]
     # the robot's recordings, runs and rollouts per task; the hands' are shared
     robot_work = work / opts.task.replace("/", "_")

@@ -13,6 +13,12 @@ the viewpoint of the person's egocentric camera in `hands/<task>` without the he
 the arms drawn. Its poses are in that camera's frame. It is its own embodiment
 (`sim/aloha_ego`): a declaration names its cameras, and one name has one declaration.
 
+`aloha_ego_masked/<task>` is `aloha_ego` with the arms masked the way `hands/<task>` draws
+them (the arms not drawn, the grippers skin-coloured; collisions unchanged): the sim's
+form of EgoMimic's arm masking, which paints over the robot's and the person's arms so the
+policy sees one kind of hand. It closes the appearance gap between the robot's frames and
+the person's, to measure how much of the human-to-robot gap that gap is.
+
 - state (20): per arm (left, then right) the gripper's position (3) and rotation (rot6d, 6)
   in the camera frame, and its opening (1; 0 closed .. 1 open);
 - actions (20): per arm the target pose in the same form, and the commanded opening.
@@ -39,11 +45,13 @@ from polymimic_sim.aloha_tasks import (
     mocap_plan,
 )
 from polymimic_sim.camera_frames import camera_pose, camera_to_world, place_camera, world_to_camera
+from polymimic_sim.hands_tasks import draw_as_hands
 from polymimic_sim.rendering import render_cameras
 from polymimic_sim.task_types import Step, observation_of
 
 EMBODIMENT = "sim/aloha_ee"
 EGO_EMBODIMENT = "sim/aloha_ego"
+MASKED_EMBODIMENT = "sim/aloha_ego_masked"
 DEFAULT_CAMERAS = ("top",)
 FRAME_CAMERA = "top"  # the camera whose frame the poses are in (the head camera's, with one)
 SIDES = ("left", "right")
@@ -213,3 +221,14 @@ class AlohaEgoTask(AlohaEndEffectorTask):
     family = "aloha_ego"
     default_cameras = (HEAD_CAMERA,)
     head_camera = True
+
+
+class AlohaEgoMaskedTask(AlohaEgoTask):
+    """`aloha_ego_masked/<task>`: eva's view, its arms masked as the hands' (module docstring)."""
+
+    embodiment = MASKED_EMBODIMENT
+    family = "aloha_ego_masked"
+
+    def __init__(self, task: str, **options: Any) -> None:
+        super().__init__(task, **options)
+        draw_as_hands(self.model)

@@ -378,8 +378,9 @@ class AlohaScene:
     """What every ALOHA task shares.
 
     Its name and prompt, the simulator with its objects placed from the seed, a renderer,
-    the episode's seed and tick, `close`. A family (`aloha`, `aloha_ee`, `aloha_ego`, `hands`) sets
-    `family` and `end_effector` (the mocap variant of the task, its target markers hidden).
+    the episode's seed and tick, `close`. A family (`aloha`, `aloha_ee`, `aloha_ego`,
+    `hands`, ...) sets `family` and `end_effector` (the mocap variant of the task, its
+    target markers hidden).
     """
 
     family = "aloha"

@@ -1,14 +1,14 @@
 """Simulated tasks by name, behind one interface: observations as a robot sends them.
 
-A task gives observations in the form polymimic-serve takes (`state` (S,), `images`
-{camera: uint8 HWC}, `prompt`), takes absolute actions in the units its episodes record,
-says when it has succeeded, and has a scripted expert for demonstrations. Names:
-`metaworld/<task>` (e.g. `metaworld/reach-v3`; the `metaworld` extra) and
-`aloha/transfer_cube`, `aloha/insertion`, the same driven by end-effector poses
-(`aloha_ee/<task>`; `aloha_ego/<task>` seen through a camera on the robot's head, as eva's)
-and done by a person's hands (`hands/<task>`; all need the `aloha` extra). A suite names
-several tasks at once (`metaworld/mt10`, `metaworld/mt50`: MetaWorld's multi-task
-benchmarks); `suite_tasks` expands it, and `record` and the rollouts take either.
+A task gives observations in the form polymimic-serve takes (`state` (S,), `images` {camera:
+uint8 HWC}, `prompt`), takes absolute actions in the units its episodes record, says when it
+has succeeded, and has a scripted expert for demonstrations. Names: `metaworld/<task>` (e.g.
+`metaworld/reach-v3`; the `metaworld` extra) and `aloha/transfer_cube`, `aloha/insertion`,
+the same driven by end-effector poses (`aloha_ee/<task>`; `aloha_ego/<task>` seen through a
+camera on the robot's head, as eva's; `aloha_ego_masked/<task>` the same with its arms
+masked as the hands') and done by a person's hands (`hands/<task>`; all need the `aloha`
+extra). A suite names several tasks at once (`metaworld/mt10`, `metaworld/mt50`: MetaWorld's
+multi-task benchmarks); `suite_tasks` expands it, and `record` and the rollouts take either.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def aloha_tasks() -> list[str]:
     return [f"{family}/{name}" for family in ALOHA_FAMILIES for name in task_names()]
 
 
-ALOHA_FAMILIES = ("aloha", "aloha_ee", "aloha_ego", "hands")
+ALOHA_FAMILIES = ("aloha", "aloha_ee", "aloha_ego", "aloha_ego_masked", "hands")
 
 
 SUITES = {"metaworld/mt10": "MT10_V3", "metaworld/mt50": "MT50_V3"}
@@ -71,6 +71,10 @@ def _task_class(family: str) -> type:
         from polymimic_sim.aloha_ee_tasks import AlohaEgoTask
 
         return AlohaEgoTask
+    if family == "aloha_ego_masked":
+        from polymimic_sim.aloha_ee_tasks import AlohaEgoMaskedTask
+
+        return AlohaEgoMaskedTask
     from polymimic_sim.hands_tasks import HandsTask
 
     return HandsTask
@@ -80,6 +84,7 @@ EMBODIMENTS = {
     "aloha": "sim/aloha",
     "aloha_ee": "sim/aloha_ee",
     "aloha_ego": "sim/aloha_ego",
+    "aloha_ego_masked": "sim/aloha_ego_masked",
     "hands": "sim/hands",
     "metaworld": "sim/metaworld_sawyer",
 }
@@ -116,8 +121,8 @@ def make_task(
         return make(task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering)
     raise UnknownTaskError(
         f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
-        "(e.g. metaworld/reach-v3), or aloha/<task>, aloha_ee/<task>, aloha_ego/<task> or "
-        "hands/<task> "
+        "(e.g. metaworld/reach-v3), or aloha/<task>, aloha_ee/<task>, aloha_ego/<task>, "
+        "aloha_ego_masked/<task> or hands/<task> "
         "(transfer_cube, insertion)"
     )
 
