@@ -44,11 +44,13 @@ slower).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from cells import finished_run, run_logged, train_and_evaluate
@@ -57,7 +59,7 @@ from headline import RESULTS, add_results_arguments, save
 
 from polymimic_data import EpisodeReader, resolve_episodes
 from polymimic_data.store import EpisodeWriter
-from polymimic_sim import record
+from polymimic_sim import object_poses, record
 
 emit = figure_printer("h2r")
 HANDS_SEED = 100_000  # the hands' seeds: apart from the robot's (0 on) and the evaluation's
@@ -121,6 +123,37 @@ def shuffled_hands(hands: Path, dest: Path, seed: int = 0) -> Path:
     return dest
 
 
+DISTANCE_BINS = (0.0, 0.02, 0.04, 0.06)  # metres; the last bin is open
+
+
+def by_demo_distance(task: str, demos: int, outcomes: list[dict[str, Any]]) -> list[dict]:
+    """Successes binned by how far each episode's objects start from the nearest of the first
+    `demos` robot demonstrations' (seeds 0 on; the objects' xy, metres): a policy that
+    generalises succeeds far from its demonstrations, one that memorises them only near."""
+
+    def where(seed: int) -> np.ndarray:
+        return object_poses(task, seed)[:, :2].reshape(-1)
+
+    shown = np.stack([where(seed) for seed in range(demos)])
+    rows = [{"from_m": lo, "to_m": hi, "successes": 0, "episodes": 0}
+            for lo, hi in zip(DISTANCE_BINS, [*DISTANCE_BINS[1:], None], strict=True)]  # fmt: skip
+    for outcome in outcomes:
+        distance = float(np.linalg.norm(shown - where(outcome["seed"]), axis=1).min())
+        row = rows[int(np.searchsorted(DISTANCE_BINS, distance, side="right")) - 1]
+        row["episodes"] += 1
+        row["successes"] += int(bool(outcome["success"]))
+    return rows
+
+
+def print_coverage(task: str, demos: int, summaries: list[Path]) -> None:
+    """One JSON line per evaluation summary: its successes by distance from the demos."""
+    for path in summaries:
+        outcomes = json.loads(path.read_text())["outcomes"]
+        rate = sum(bool(o["success"]) for o in outcomes) / len(outcomes)
+        emit("success_by_demo_distance", rate, "fraction", summary=str(path), task=task,
+             robot_demos=demos, bins=by_demo_distance(task, demos, outcomes))  # fmt: skip
+
+
 def pretrained_model(work: Path, camera: str, opts: argparse.Namespace) -> list[str]:
     """Train on the hands alone (once); the overrides that start a robot run from its trunk
     and image stem, the robot's `camera` read by that stem (a model config written under
@@ -169,8 +202,21 @@ def main() -> None:
     )
     parser.add_argument("--tag", default="", help=tag)
     add_results_arguments(parser, RESULTS / "h2r", "<task>/<cell>.json, one per cell")
+    coverage = (
+        "print the successes of these evaluation summaries (summary.json) by how far each "
+        "episode's objects start from the nearest of --robot-demos N's, and exit"
+    )
+    parser.add_argument("--coverage", nargs="+", type=Path, metavar="SUMMARY", help=coverage)
     opts = parser.parse_args()
     counts = sorted({int(n) for n in opts.robot_demos.split(",")})
+    if opts.coverage:
+        if len(counts) != 1:
+            parser.error(f"--coverage: one --robot-demos N (the demos trained on), got {counts}")
+        missing = [str(p) for p in opts.coverage if not p.is_file()]
+        if missing:
+            parser.error(f"--coverage: no such evaluation summary: {', '.join(missing)}")
+        print_coverage(opts.task, counts[0], opts.coverage)
+        return
     arms = opts.arms.split(",")
     unknown = set(arms) - {"robot", "cotrain", "pretrain", "shuffled"}
     if unknown:
@@ -227,10 +273,12 @@ def main() -> None:
                 episodes=opts.eval_episodes, workers=opts.workers,
                 overrides=[*extra, *opts.train_args],
             )  # fmt: skip
+            outcomes = json.loads((robot_work / "eval" / cell / "summary.json").read_text())
+            coverage = by_demo_distance(opts.task, n, outcomes["outcomes"])
             line = emit("success_rate", result["successes"] / result["episodes"], "fraction",
                         cell=cell, task=opts.task, arm=arm, robot_demos=n,
                         hands_demos=0 if arm == "robot" else opts.hands_demos, steps=opts.steps,
-                        **result)  # fmt: skip
+                        **result, success_by_demo_distance=coverage)  # fmt: skip
             if opts.results:
                 save(line, opts.results / opts.task.replace("/", "_") / f"{cell}.json")
 

@@ -64,3 +64,26 @@ def test_shuffled_hands_keep_their_images_and_take_another_episodes_motions(
                 err_msg=f"{name} {key}",
             )
     assert h2r.shuffled_hands(hands, tmp_path / "shuffled") == shuffled  # made once
+
+
+def test_success_by_demo_distance_bins_each_episode_by_its_nearest_demonstration(h2r) -> None:
+    """The coverage diagnostic: an episode placed as a demonstration was is at distance 0; one
+    elsewhere falls in the bin of its distance to the nearest of the first N demos' cubes."""
+    from polymimic_sim import object_poses
+
+    def cube(seed: int) -> np.ndarray:
+        return object_poses("aloha_ee/transfer_cube", seed)[0, :2]
+
+    far = max(
+        range(1000, 1100), key=lambda s: min(np.linalg.norm(cube(s) - cube(d)) for d in range(3))
+    )
+    distance = min(float(np.linalg.norm(cube(far) - cube(d))) for d in range(3))
+    outcomes = [{"seed": 1, "success": True}, {"seed": 2, "success": False},
+                {"seed": far, "success": True}]  # fmt: skip
+    bins = h2r.by_demo_distance("aloha_ee/transfer_cube", 3, outcomes)
+
+    assert (bins[0]["successes"], bins[0]["episodes"]) == (1, 2)  # seeds 1 and 2: shown
+    (row,) = [b for b in bins if b["episodes"] and b["from_m"] > 0]
+    assert row["successes"] == 1 and row["from_m"] <= distance
+    assert row["to_m"] is None or distance < row["to_m"]
+    assert distance > 0.02 and sum(b["episodes"] for b in bins) == 3

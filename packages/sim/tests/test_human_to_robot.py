@@ -12,7 +12,7 @@ import pytest
 
 from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
 from polymimic_data.geometry import express_in
-from polymimic_sim import make_task, record, task_embodiment
+from polymimic_sim import UnknownTaskError, make_task, record, task_embodiment
 
 SIZE = (48, 64)
 
@@ -122,6 +122,35 @@ def test_aloha_ego_sees_from_the_persons_viewpoint_and_gives_poses_in_its_frame(
         make_task("aloha_ego/transfer_cube", image_size=SIZE, cameras=["front_1", "angle"])
     with pytest.raises(ValueError, match=r"the robot that carries it is aloha_ego/transfer_cube"):
         make_task("aloha_ee/transfer_cube", image_size=SIZE, cameras=["front_1"])
+
+
+def test_aloha_ego_masked_draws_the_robot_as_the_hands_are_drawn() -> None:
+    """EgoMimic's arm masking in the sim: from the same viewpoint and state, the masked robot's
+    frame is the hands' frame (arms not drawn, grippers skin-coloured), the unmasked one's is
+    not; it is its own embodiment, and the objects start where the hands' do."""
+    from polymimic_sim import object_poses
+
+    masked = make_task("aloha_ego_masked/transfer_cube", image_size=SIZE)
+    drawn = make_task("aloha_ego/transfer_cube", image_size=SIZE)
+    hands = make_task("hands/transfer_cube", image_size=SIZE)
+    try:
+        seen = masked.reset(3)["images"]["front_1"].astype(int)
+        arms = drawn.reset(3)["images"]["front_1"].astype(int)
+        hands.reset(3)
+        hands._head_pose = masked.head  # type: ignore[attr-defined]  # the head held still
+        person = hands.render()["front_1"].astype(int)
+        assert np.abs(seen - person).mean() < 0.5  # one picture
+        assert np.abs(arms - person).mean() > 3  # the arms drawn: not the hands' picture
+    finally:
+        for task in (masked, drawn, hands):
+            task.close()
+    assert task_embodiment("aloha_ego_masked/transfer_cube") == "sim/aloha_ego_masked"
+    assert masked.declaration()["name"] == "sim/aloha_ego_masked"  # type: ignore[attr-defined]
+    cube = object_poses("hands/transfer_cube", 3)
+    assert cube.shape == (1, 7) and np.array_equal(cube, object_poses("aloha_ee/transfer_cube", 3))
+    assert object_poses("aloha/insertion", 3).shape == (2, 7)  # the peg, then the socket
+    with pytest.raises(UnknownTaskError, match=r"object poses are known for ALOHA's tasks"):
+        object_poses("metaworld/reach-v3", 3)
 
 
 def test_the_hands_episode_holds_what_human_data_holds(recorded) -> None:

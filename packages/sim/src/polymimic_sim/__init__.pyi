@@ -15,6 +15,7 @@ from .task_types import MissingExtraError as MissingExtraError
 from .task_types import SimTask as SimTask
 from .task_types import UnknownTaskError as UnknownTaskError
 from .tasks import make_task as make_task
+from .tasks import object_poses as object_poses
 from .tasks import suite_tasks as suite_tasks
 from .tasks import task_embodiment as task_embodiment
 

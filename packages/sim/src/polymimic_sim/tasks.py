@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from polymimic_sim.task_types import SimTask, UnknownTaskError
 
 
@@ -96,6 +98,25 @@ def task_embodiment(name: str) -> str:
     if family not in EMBODIMENTS:
         raise UnknownTaskError(f"task {name!r}: not one of this package's simulators")
     return EMBODIMENTS[family]
+
+
+def object_poses(name: str, seed: int) -> np.ndarray:
+    """Where ALOHA task `name`'s objects start for `seed`: (objects, 7), xyz + quaternion.
+
+    In the world: the cube; or the peg, then the socket. The same in every family of the
+    task (`aloha_ee/transfer_cube`'s seed 3 places the cube where `hands/transfer_cube`'s does).
+    """
+    family, _, task = name.partition("/")
+    if family not in ALOHA_FAMILIES or not task:
+        raise UnknownTaskError(
+            f"task {name!r}: object poses are known for ALOHA's tasks ("
+            f"{', '.join(f + '/<task>' for f in ALOHA_FAMILIES)}), e.g. aloha/transfer_cube"
+        )
+    from polymimic_sim import aloha_tasks
+
+    if task not in aloha_tasks.task_names():
+        raise UnknownTaskError(f"task {name!r}: choose one of {aloha_tasks.task_names()}")
+    return aloha_tasks.object_poses(task, seed).reshape(-1, 7)
 
 
 def make_task(
