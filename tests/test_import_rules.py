@@ -59,7 +59,9 @@ ALLOWED: dict[str, set[str]] = {
     # imported by polymimic_data.lerobot and testing.lerobot_format only.
     # lazy_loader: a package's public names load on first use, from the one table in its
     # __init__.pyi (data, serve, sim, train: a light user pays for no heavy import).
+    # rerun: the optional `viz` extra (`polymimic-data view`), imported by episodes.viewer only.
     "data": {
+        "rerun",
         "lazy_loader",
         "pyarrow",
         "av",
@@ -148,6 +150,7 @@ IMPORT_NAME: dict[str, str] = {
     "google-crc32c": "google_crc32c",
     "torchdata": "torchdata",
     "hydra-submitit-launcher": "hydra_plugins",
+    "rerun-sdk": "rerun",
 }
 # Imports that come with a declared distribution (an import of the second needs only the first).
 TRANSITIVE: dict[str, set[str]] = {"hydra": {"omegaconf"}}

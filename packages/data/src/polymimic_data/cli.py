@@ -6,12 +6,14 @@ polymimic-data validate ROOT [ROOT ...] [--embodiment NAME] [--filter KEY=V1,V2 
 polymimic-data correct NAME ROOT [ROOT ...] [--dry-run]
 polymimic-data import-lerobot SRC DEST [--episodes 0,3-7] [--cameras top,wrist]
                                        [--jpeg-quality 90] [--embodiment NAME]
+polymimic-data view ROOT [ROOT ...] [--episode HASH ...] [--save FILE.rrd | --web [--port N]]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -169,6 +171,48 @@ def import_lerobot_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def view_command(args: argparse.Namespace) -> int:
+    """`polymimic-data view`: 2, with the reason, before any episode is read if it cannot run."""
+    from polymimic_data.episodes import viewer
+
+    try:
+        viewer._rerun()
+    except viewer.MissingViewerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    found = {
+        episode_hash(path): path
+        for root in args.roots
+        for path, kind in walk_root(Path(root))
+        if kind == EPISODE
+    }
+    wanted = args.episode or sorted(found)
+    missing = [h for h in wanted if h not in found]
+    if missing or not found:
+        known = ", ".join(sorted(found)[:10]) or "none"
+        print(f"error: no episode {', '.join(missing) or ''} under {list(args.roots)} "
+              f"(episodes there: {known})", file=sys.stderr)  # fmt: skip
+        return 2
+    paths = [found[h] for h in wanted]
+    if args.save:
+        if not args.save.parent.is_dir():
+            print(f"error: --save: no folder {args.save.parent}", file=sys.stderr)
+            return 2
+        viewer.save_recording(paths, args.save)
+        print(f"{len(paths)} episodes in {args.save} (open it with `rerun {args.save}`)")
+        return 0
+    if args.web:
+        _stream, url = viewer.serve_recording(paths, port=args.port, grpc_port=args.grpc_port)
+        print(f"{len(paths)} episodes at {url} (Ctrl-C stops)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return 0
+    viewer.spawn_viewer(paths)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The `polymimic-data` command line; returns the exit status."""
     parser = argparse.ArgumentParser(
@@ -205,7 +249,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_import.add_argument("--cameras", help="e.g. top,wrist (default every camera)")
     p_import.add_argument("--jpeg-quality", type=int, default=90)
     p_import.add_argument("--embodiment", help="the name to declare (default lerobot/<robot_type>)")
+    p_view = sub.add_parser(
+        "view", help="episodes in rerun's viewer, or saved as a recording (polymimic-data[viz])"
+    )
+    p_view.add_argument("roots", nargs="+", metavar="ROOT")
+    every = "an episode to show (repeatable; default every one under ROOT)"
+    p_view.add_argument("--episode", action="append", metavar="HASH", help=every)
+    shown = p_view.add_mutually_exclusive_group()
+    shown.add_argument("--save", type=Path, metavar="FILE.rrd", help="write a recording")
+    shown.add_argument("--web", action="store_true", help="serve rerun's web viewer")
+    p_view.add_argument("--port", type=int, default=9090, help="the web viewer's port")
+    p_view.add_argument("--grpc-port", type=int, default=9876, help="the data's port (--web)")
     args = parser.parse_args(argv)
+    if args.command == "view":
+        return view_command(args)
     if args.command == "import-lerobot":
         return import_lerobot_command(args)
     if args.command == "inspect":

@@ -24,3 +24,5 @@ from .resolver import resolve_episodes as resolve_episodes
 from .resolver import scan_episodes as scan_episodes
 from .resolver import walk_root as walk_root
 from .splits import split_episodes as split_episodes
+from .viewer import MissingViewerError as MissingViewerError
+from .viewer import save_recording as save_recording

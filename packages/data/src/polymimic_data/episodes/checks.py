@@ -81,7 +81,8 @@ def _numeric_problems(episode: EpisodeInfo) -> list[FrameProblems]:
     return problems
 
 
-def _decodes(data: bytes) -> None:
+def decodes(data: bytes) -> None:
+    """Raise when `data` is not a JPEG the loader can decode (strict, at 1/8 scale)."""
     simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=True, min_height=1, min_width=1)
 
 
@@ -90,7 +91,7 @@ def _jpeg_problems(episode: EpisodeInfo, camera: str) -> list[FrameProblems]:
     bad: list[tuple[int, str]] = []
     for frame in range(episode.total_frames):
         try:
-            _decodes(reader.read_jpeg(camera, frame))
+            decodes(reader.read_jpeg(camera, frame))
         except Exception as exc:
             bad.append((frame, str(exc.args[0]) if isinstance(exc, KeyError) else str(exc)))
     return _grouped(episode, f"images.{camera}", bad)
