@@ -56,13 +56,28 @@ print(f"polymimic-serve alone: {len(installed)} distributions, none of {sys.argv
 """
 
 
+def _apt_install(session: nox.Session, program: str, packages: list[str]) -> None:
+    """Install Debian's `packages` (as root, through apt) where `program` is missing."""
+    if shutil.which(program, path=f"/usr/sbin:/usr/bin:/sbin:{os.environ.get('PATH', '')}"):
+        return
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        session.error(f"{program} is not installed: apt-get install -y {' '.join(packages)}")
+    session.run("apt-get", "update", "-qq", external=True)
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    session.run("apt-get", "install", "-y", "-qq", *packages, external=True, env=env)
+
+
 def _package_session(package: str) -> None:
     @nox.session(name=f"tests-{package}")
     def tests_package(session: nox.Session) -> None:
         sync(session, "--package", f"polymimic-{package}", "--all-extras", "--group", "test")
+        env = {}
+        if package == "data":  # `view --web` is loaded in a real headless browser
+            _apt_install(session, "chromium", ["chromium"])
+            env["POLYMIMIC_REQUIRE_BROWSER"] = "1"
         if package == "serve":
             session.run("python", "-c", _INSTALLED_CHECK, *TRAINING_STACK)
-        session.run(*PYTEST, f"packages/{package}/tests", *session.posargs)
+        session.run(*PYTEST, f"packages/{package}/tests", *session.posargs, env=env)
 
 
 for _package in PACKAGES:
@@ -113,12 +128,7 @@ def tests_slurm(session: nox.Session) -> None:
     the daemons run as the tests' own processes, in a folder of their own, and stop with
     them.
     """
-    if shutil.which("slurmctld", path="/usr/sbin:/usr/bin:/sbin") is None:
-        if shutil.which("apt-get") is None or os.geteuid() != 0:
-            session.error(f"SLURM is not installed: apt-get install -y {' '.join(SLURM_PACKAGES)}")
-        session.run("apt-get", "update", "-qq", external=True)
-        env = {"DEBIAN_FRONTEND": "noninteractive"}
-        session.run("apt-get", "install", "-y", "-qq", *SLURM_PACKAGES, external=True, env=env)
+    _apt_install(session, "slurmctld", list(SLURM_PACKAGES))
     sync(session, "--all-packages", "--all-extras")
     session.run(*PYTEST, "tests/slurm", *session.posargs)
 

@@ -170,3 +170,97 @@ def test_one_episode_by_hash_and_clear_errors(
     monkeypatch.setitem(sys.modules, "rerun", None)  # as without the extra
     assert main(["view", str(root), "--save", str(dest)]) == 2
     assert "polymimic-data[viz]" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _screenshot(url: str, dest: Path, wait_s: float) -> None:
+    """A headless Chromium's screenshot of `url` after `wait_s`, through the DevTools protocol
+    (Chromium's own --screenshot takes it before a WebAssembly app has started)."""
+    import asyncio
+    import base64
+    import json
+    import subprocess
+    import time
+    import urllib.request
+
+    import websockets
+
+    port = _free_port()
+    browser = subprocess.Popen(
+        ["chromium", "--headless=new", "--no-sandbox", f"--remote-debugging-port={port}",
+         "--use-gl=angle", "--use-angle=swiftshader", "--enable-unsafe-swiftshader",
+         "--window-size=1280,800", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(200):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json") as answer:
+                    targets = json.load(answer)
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("chromium's DevTools did not come up")
+        page = next(t for t in targets if t["type"] == "page")
+
+        async def shoot() -> bytes:
+            async with websockets.connect(page["webSocketDebuggerUrl"], max_size=2**26) as ws:
+                await ws.send(
+                    json.dumps({"id": 1, "method": "Page.navigate", "params": {"url": url}})
+                )
+                await asyncio.sleep(wait_s)
+                await ws.send(json.dumps({"id": 2, "method": "Page.captureScreenshot"}))
+                while True:
+                    message = json.loads(await ws.recv())
+                    if message.get("id") == 2:
+                        return base64.b64decode(message["result"]["data"])
+
+        dest.write_bytes(asyncio.run(shoot()))
+    finally:
+        browser.terminate()
+        browser.wait(timeout=30)
+
+
+def test_web_serves_rerun_viewer_that_a_headless_browser_draws(recording, tmp_path: Path) -> None:
+    """`view --web` serves rerun's web viewer with the episodes; a real headless Chromium
+    loads it and draws the viewer (not the blank page or the loading screen)."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("chromium") is None:
+        if os.environ.get("POLYMIMIC_REQUIRE_BROWSER"):
+            raise AssertionError("chromium is not installed; nox -s tests-data installs it")
+        pytest.skip("chromium is not installed (nox -s tests-data installs it)")
+    from PIL import Image
+
+    paths, _, _ = recording
+    root = paths["aria"].parent
+    web, grpc = _free_port(), _free_port()
+    command = [sys.executable, "-m", "polymimic_data.cli", "view", str(root), "--web",
+               "--port", str(web), "--grpc-port", str(grpc)]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert f"http://localhost:{web}/" in line, (
+            line,
+            server.stderr.read() if server.poll() else "",
+        )
+        url = line.split(" at ")[1].split(" ")[0]
+        shot = tmp_path / "view.png"
+        _screenshot(url, shot, wait_s=20)
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)  # and its pipes closed
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float32)
+    # the viewer's light panels and plots, not the dark loading screen or a blank page
+    assert (pixels > 128).mean() > 0.05 and pixels.std() > 30, ((pixels > 128).mean(), pixels.std())
