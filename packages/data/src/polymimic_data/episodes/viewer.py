@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -252,16 +252,48 @@ def _jpeg_size(data: bytes) -> tuple[int, int]:
     return int(height), int(width)
 
 
-def log_episodes(
-    rec: Any, paths: Sequence[Path], *, progress: bool = True
-) -> Iterator[EpisodeLogger]:
-    """Send each episode at `paths` into `rec`, one after another; yields each when sent."""
+def blueprint(readers: Sequence[EpisodeReader]) -> Any:
+    """The layout a recording opens in.
+
+    Per episode its 3D world, its cameras and one plot per numeric key (all its channels in
+    it); episodes side by side, in tabs past three.
+    """
+    import rerun.blueprint as rrb
+
+    columns = []
+    for reader in readers:
+        root = f"episodes/{reader.hash}"
+        plots = [
+            rrb.TimeSeriesView(origin=f"{root}/{_path(key)}", name=key)
+            for key in numeric_keys(reader)
+        ]
+        images = [
+            rrb.Spatial2DView(origin=f"{root}/images/{camera}", name=camera)
+            for camera in cameras(reader)
+        ]
+        top = rrb.Horizontal(rrb.Spatial3DView(origin=f"{root}/world", name="world"), *images)
+        events = rrb.TextLogView(origin=root, contents=[f"{root}/annotations", f"{root}/flags"],
+                                 name="language and flags")  # fmt: skip
+        columns.append(
+            rrb.Vertical(top, rrb.Grid(*plots), events, row_shares=[2, 3, 1], name=reader.hash)
+        )
+    layout = rrb.Horizontal(*columns) if len(columns) <= 3 else rrb.Tabs(*columns)
+    return rrb.Blueprint(layout, collapse_panels=False)
+
+
+def send_episodes(rec: Any, paths: Sequence[Path], *, progress: bool = True) -> None:
+    """The episodes at `paths` into `rec`, after the layout they open in (`blueprint`)."""
     from tqdm.auto import tqdm
 
-    for path in tqdm(paths, desc="view", unit="episode", disable=not progress):
-        logger = EpisodeLogger(rec, EpisodeReader(path))
-        logger.log()
-        yield logger
+    readers = [EpisodeReader(path) for path in paths]
+    rec.send_blueprint(blueprint(readers))
+    for reader in tqdm(readers, desc="view", unit="episode", disable=not progress):
+        EpisodeLogger(rec, reader).log()
+    rec.flush()
+
+
+def _stream() -> Any:
+    return _rerun().RecordingStream(APPLICATION, recording_id=f"view-{time.time_ns()}")
 
 
 def save_recording(paths: Sequence[Path], dest: Path, *, progress: bool = True) -> Path:
@@ -270,15 +302,12 @@ def save_recording(paths: Sequence[Path], dest: Path, *, progress: bool = True) 
     Written beside it and renamed into place when whole, so an interrupted view leaves no
     half a file.
     """
-    rr = _rerun()
     dest = Path(dest)
     partial = dest.with_name(dest.name + ".partial")
-    rec = rr.RecordingStream(APPLICATION, recording_id=f"view-{time.time_ns()}")
+    rec = _stream()
     rec.save(os.fspath(partial))
     try:
-        for _ in log_episodes(rec, paths, progress=progress):
-            pass
-        rec.flush()
+        send_episodes(rec, paths, progress=progress)
     finally:
         rec.disconnect()
     partial.replace(dest)
@@ -292,21 +321,15 @@ def serve_recording(
 
     The stream keeps the data; the caller keeps it alive while the viewer is wanted.
     """
-    rr = _rerun()
-    rec = rr.RecordingStream(APPLICATION, recording_id=f"view-{time.time_ns()}")
+    rec = _stream()
     url = rec.serve_grpc(grpc_port=grpc_port)
-    rr.serve_web_viewer(web_port=port, open_browser=False, connect_to=url)
-    for _ in log_episodes(rec, paths, progress=progress):
-        pass
-    rec.flush()
+    _rerun().serve_web_viewer(web_port=port, open_browser=False, connect_to=url)
+    send_episodes(rec, paths, progress=progress)
     return rec, f"http://localhost:{port}/?url={url}"
 
 
 def spawn_viewer(paths: Sequence[Path], *, progress: bool = True) -> None:
     """Open rerun's native viewer (a desktop) and send the episodes to it."""
-    rr = _rerun()
-    rec = rr.RecordingStream(APPLICATION, recording_id=f"view-{time.time_ns()}")
+    rec = _stream()
     rec.spawn()
-    for _ in log_episodes(rec, paths, progress=progress):
-        pass
-    rec.flush()
+    send_episodes(rec, paths, progress=progress)
