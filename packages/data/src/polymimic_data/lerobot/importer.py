@@ -189,6 +189,7 @@ def _convert(
         task_name=attrs["task"],
         task_description=attrs["task"],
         metadata=attrs,
+        names={k: channel_names(k, source.feature(k)) for k in vectors},
     ) as writer:
         images: dict[str, list[bytes]] = {}
         for camera in cameras:

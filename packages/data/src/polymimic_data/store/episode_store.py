@@ -71,6 +71,8 @@ class EpisodeWriter:
     Everything goes to a hidden sibling folder that resolvers never pick up, and is renamed
     to `path` by `close()`; leaving a `with` block by an exception removes it instead.
     Frames are buffered and flushed a shard at a time, so shards are written whole.
+    `names`: channel names of numeric keys, kept in `features` (what a viewer labels the
+    channels by), e.g. {"observation.state": ["waist", "shoulder", ...]}.
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class EpisodeWriter:
         task_name: str = "",
         task_description: str = "",
         metadata: Mapping[str, Any] | None = None,
+        names: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.path = Path(path)
         if self.path.exists():
@@ -100,6 +103,7 @@ class EpisodeWriter:
         self._buffers: dict[str, list[Any]] = {}
         self._arrays: dict[str, zarr.Array] = {}
         self._features: dict[str, Any] = {}
+        self._names = {k: list(v) for k, v in (names or {}).items()}
         self._annotations: list[dict[str, Any]] = []
         self.frames = 0
         self._buffered = 0
@@ -178,7 +182,14 @@ class EpisodeWriter:
                             dtype=block.dtype,
                             chunks=(NUMERIC_CHUNK_FRAMES, *block.shape[1:]),
                         )
-                        self._features[key] = _feature(block)
+                        width = int(np.prod(block.shape[1:]))
+                        named = self._names.get(key)
+                        if named is not None and len(named) != width:
+                            raise ValueError(
+                                f"{self.path}: names for {key!r} has {len(named)} channels, "
+                                f"its arrays {width}"
+                            )
+                        self._features[key] = _feature(block, named)
                 self._arrays[key].append(block)
                 parts.clear()
         self.frames += self._buffered
