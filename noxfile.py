@@ -163,11 +163,12 @@ def typecheck(session: nox.Session) -> None:
 def bench_data(session: nox.Session) -> None:
     # s3 and the test group (moto's S3 server on 127.0.0.1): the remote loader's figure
     sync(session, "--package", "polymimic-data", "--extra", "lerobot", "--extra", "s3",
-         "--extra", "loaders", "--group", "test")  # fmt: skip
+         "--extra", "loaders", "--extra", "viz", "--group", "test")  # fmt: skip
     session.run("python", "benchmarks/loader.py", *session.posargs)
     session.run("python", "benchmarks/remote_loader.py")
     session.run("python", "benchmarks/data_transforms.py")
     session.run("python", "benchmarks/lerobot_import.py")
+    session.run("python", "benchmarks/view_memory.py")
 
 
 @nox.session(name="bench-policies")

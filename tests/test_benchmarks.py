@@ -62,6 +62,21 @@ def test_lerobot_import_benchmark_prints_its_ratios() -> None:
     assert figures["ms_per_sample"]["layout"] == "lerobot_converted"
 
 
+def test_view_memory_benchmark_prints_its_peak_beside_the_episodes_size() -> None:
+    tiny = ["--frames", "300", "--height", "24", "--width", "32"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "view_memory.py"), *tiny],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
+    assert figures["view_peak_rss_mib"]["frames"] == 300
+    assert figures["view_peak_rss_mib"]["value"] > figures["baseline_peak_rss_mib"]["value"] > 0
+    assert figures["view_over_baseline_mib"]["recording_mib"] > 0
+
+
 def test_policy_benchmark_counts_every_model_config() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "policies.py"), "--skip-speed"],

@@ -35,6 +35,7 @@ from polymimic_data.episodes.checks import decodes
 from polymimic_data.store.episode_store import EpisodeReader
 
 BLOCK = 256  # frames of one camera sent at once: a long episode streams in pieces
+NUMERIC_BLOCK = 1024  # frames of one key's series, transforms and points sent at once
 APPLICATION = "polymimic_data_view"
 QUATERNION_NAMES = ("x", "y", "z", "qw", "qx", "qy", "qz")
 AXIS_LENGTH = 0.05  # metres: the drawn axes of each pose
@@ -146,34 +147,34 @@ class EpisodeLogger:
         )
 
     def _numeric(self, key: str) -> None:
-        rr = self.rr
         values = self.reader.read_numeric(key)
         values = values.reshape(len(values), -1)
         bad, reasons = frame_faults(key, values)
         for frame in np.flatnonzero(bad):
             self._flag([int(frame)], f"{key}: {reasons[frame]}")
         shown = np.where(np.isfinite(values) & (np.abs(values) < 1e8), values, np.nan)
-        frames = self.frames[: len(values)]
         names = channel_names(self.reader, key, values.shape[1])
-        if not names:
-            self._send(_path(key), frames, rr.Scalars.columns(scalars=shown[:, 0]))
-        for i, name in enumerate(names):
-            self._send(f"{_path(key)}/{name}", frames, rr.Scalars.columns(scalars=shown[:, i]))
-        good = frames[~bad[: len(frames)]]
-        if key.endswith("_pose") and values.shape[1] == 7:
-            self._pose(key, good, values[good])
-        elif key.endswith("_keypoints") and values.shape[1] % 3 == 0:
-            self._keypoints(key, good, values[good].reshape(len(good), -1, 3))
+        pose = key.endswith("_pose") and values.shape[1] == 7
+        if pose:
+            self.rec.log(f"{self.root}/world/{_path(key)}", self.rr.TransformAxes3D(AXIS_LENGTH),
+                         static=True)  # fmt: skip
+        for start in range(0, len(values), NUMERIC_BLOCK):  # a long episode, a piece at a time
+            frames = self.frames[start : start + NUMERIC_BLOCK]
+            part, ok = shown[frames], ~bad[frames]
+            for i, name in enumerate(names or [""]):
+                entity = f"{_path(key)}/{name}" if name else _path(key)
+                self._send(entity, frames, self.rr.Scalars.columns(scalars=part[:, i]))
+            if pose:
+                self._pose(key, frames[ok], values[frames[ok]])
+            elif key.endswith("_keypoints") and values.shape[1] % 3 == 0:
+                self._keypoints(key, frames[ok], values[frames[ok]].reshape(int(ok.sum()), -1, 3))
+        if pose and key == HEAD_POSE and HEAD_CAMERA in cameras(self.reader):
+            self._frustum(f"world/{_path(key)}/{HEAD_CAMERA}")
 
     def _pose(self, key: str, frames: np.ndarray, poses: np.ndarray) -> None:
-        rr = self.rr
-        entity = f"world/{_path(key)}"
-        self.rec.log(f"{self.root}/{entity}", rr.TransformAxes3D(AXIS_LENGTH), static=True)
         xyzw = np.concatenate([poses[:, 4:7], poses[:, 3:4]], axis=1)
-        self._send(entity, frames, rr.Transform3D.columns(translation=poses[:, :3],
-                                                           quaternion=xyzw))  # fmt: skip
-        if key == HEAD_POSE and HEAD_CAMERA in cameras(self.reader):
-            self._frustum(f"{entity}/{HEAD_CAMERA}")
+        columns = self.rr.Transform3D.columns(translation=poses[:, :3], quaternion=xyzw)
+        self._send(f"world/{_path(key)}", frames, columns)
 
     def _frustum(self, entity: str) -> None:
         """The egocentric camera's frustum on the head.
@@ -200,7 +201,7 @@ class EpisodeLogger:
         bones = BONES.get(count)
         if bones:
             strips = points[:, np.array(bones)]  # (T, bones, 2, 3)
-            columns = rr.LineStrips3D.columns(strips=list(strips.reshape(-1, 2, 3)))
+            columns = rr.LineStrips3D.columns(strips=strips.reshape(-1, 2, 3))
             self._send(
                 f"{entity}/bones", frames, columns.partition(lengths=[len(bones)] * len(frames))
             )
