@@ -96,7 +96,9 @@ ALLOWED: dict[str, set[str]] = {
     # metaworld, mujoco: the `metaworld` extra; gym_aloha, dm_control: the `aloha` extra;
     # each imported inside its task module only. torchvision: loaded before MuJoCo's first
     # GL context (a Mesa EGL crash otherwise). polymimic_eval: the rollouts' videos.
+    # rerun: the `viz` extra (`evaluate --rerun`), imported by rollout_recording only.
     "sim": {
+        "rerun",
         "lazy_loader",
         "numpy",
         "torch",

@@ -40,6 +40,11 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", type=Path, help="write summary.json (and videos/) here")
     ev.add_argument("--videos", type=int, help="mp4s of the first N episodes (--out)")
     ev.add_argument(
+        "--rerun",
+        action="store_true",
+        help="every episode into one rerun recording, --out/rollouts.rrd (polymimic-sim[viz])",
+    )
+    ev.add_argument(
         "--via-server", action="store_true", help="drive the policy through its websocket server"
     )
     ev.add_argument(

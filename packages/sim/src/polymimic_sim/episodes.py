@@ -71,14 +71,18 @@ def boundary_jerk(actions: np.ndarray, switches: list[int]) -> float | None:
 class EpisodeTally:
     """One episode as it runs: ticks, return and (for a video) frames; then its Outcome."""
 
-    def __init__(self, seed: int, limit: int, frames: bool = False) -> None:
+    def __init__(self, seed: int, limit: int, frames: bool = False, recording: Any = None) -> None:
+        """`recording`: an EpisodeRecording (rollout_recording) the episode also goes to."""
         self.seed, self.limit, self.ticks, self.total = seed, limit, 0, 0.0
+        self.recording = recording
         self.frames: list[np.ndarray] | None = [] if frames else None
         self.actions: list[np.ndarray] = []
         self.success_step: int | None = None
 
     def observe(self, observation: Mapping[str, Any]) -> None:
         """Keep the frame of this tick (every camera, side by side) when a video is due."""
+        if self.recording is not None:
+            self.recording.observe(observation)
         if self.frames is not None:
             images = observation["images"]
             self.frames.append(np.concatenate([images[c] for c in sorted(images)], axis=1))
@@ -88,6 +92,8 @@ class EpisodeTally:
         self.ticks += 1
         if action is not None:
             self.actions.append(action)
+        if self.recording is not None:
+            self.recording.act(action, step.reward)
         self.total += step.reward
         if step.success and self.success_step is None:
             self.success_step = self.ticks  # a task's strict success comes with or after it
@@ -101,7 +107,7 @@ class EpisodeTally:
         return self._outcome(strict=False, error=error)
 
     def _outcome(self, *, strict: bool, error: str | None = None) -> Outcome:
-        return Outcome(
+        outcome = Outcome(
             self.seed,
             self.success_step is not None,
             self.ticks,
@@ -111,6 +117,9 @@ class EpisodeTally:
             strict_success=strict,
             strict_success_step=self.ticks if strict else None,
         )
+        if self.recording is not None:
+            self.recording.end(outcome)
+        return outcome
 
 
 _EXPERT_STEPS: dict[tuple[str, int, int], int | None] = {}  # (task, seed, limit): measured

@@ -45,6 +45,7 @@ from polymimic_sim.episodes import (
     summarise,
     write_episode_video,
 )
+from polymimic_sim.rollout_recording import ChunkTap, RolloutRecorder
 from polymimic_sim.settings import RolloutSettings
 from polymimic_sim.task_workers import TaskWorkers
 
@@ -136,6 +137,7 @@ def evaluate_parallel(
     settings: RolloutSettings | None = None,
     *,
     video_dir: Path | None = None,
+    recorder: RolloutRecorder | None = None,
 ) -> dict[str, Any]:
     """Closed-loop episodes of `trained` in `task_name`, `settings.workers` at a time.
 
@@ -155,14 +157,16 @@ def evaluate_parallel(
         if not settings.via_server:
             batcher = TickBatcher(trained, slots)
             policies: list[Any] = [BatchedSlot(batcher, s) for s in range(slots)]
-            outcomes, written = _lockstep(tasks, policies, batcher, settings, video_dir, task_name)
+            outcomes, written = _lockstep(
+                tasks, policies, batcher, settings, video_dir, task_name, recorder
+            )
         else:
             server = PolicyServer(trained, port=0, seed=settings.seed, max_batch=slots)
             with RunningServer(server) as running:
                 policies = [PolicyClient(running.url) for _ in range(slots)]
                 try:
                     outcomes, written = _lockstep(
-                        tasks, policies, None, settings, video_dir, task_name
+                        tasks, policies, None, settings, video_dir, task_name, recorder
                     )
                 finally:
                     for client in policies:
@@ -188,10 +192,14 @@ def _lockstep(
     settings: RolloutSettings,
     video_dir: Path | None,
     task_name: str,
+    recorder: RolloutRecorder | None = None,
 ) -> tuple[list[Outcome], list[Path]]:
+    taps = [ChunkTap(policy) for policy in policies] if recorder is not None else []
     executors = [
-        make_executor(settings.executor, policy, **settings.executor_options) for policy in policies
-    ]
+        make_executor(settings.executor, taps[slot] if taps else policy,
+                      **settings.executor_options)
+        for slot, policy in enumerate(policies)
+    ]  # fmt: skip
     seeds = settings.seeds
     filmed = set(seeds[: settings.videos]) if video_dir is not None else set()
     queue = deque(seeds)
@@ -207,7 +215,11 @@ def _lockstep(
             policy.begin_episode(episode_seed)
         observation = tasks.reset(slot, episode_seed)
         executors[slot].reset()
-        running[slot] = (EpisodeTally(episode_seed, limit, episode_seed in filmed), observation)
+        recording = recorder.episode(task_name, episode_seed, tasks.fps) if recorder else None
+        if taps:
+            taps[slot].recording = recording
+        tally = EpisodeTally(episode_seed, limit, episode_seed in filmed, recording)
+        running[slot] = (tally, observation)
 
     def act(slot: int) -> np.ndarray:
         tally, observation = running[slot]

@@ -43,6 +43,7 @@ from polymimic_sim.episodes import (
     wilson_interval,
     write_episode_video,
 )
+from polymimic_sim.rollout_recording import ChunkTap, EpisodeRecording, RolloutRecorder
 from polymimic_sim.settings import RolloutSettings
 from polymimic_sim.task_types import SimTask
 
@@ -83,16 +84,18 @@ def rollout(
     max_steps: int | None = None,
     *,
     frames: bool = False,
+    recording: EpisodeRecording | None = None,
 ) -> tuple[Outcome, EpisodeTally]:
     """One episode of `executor` in `task` from `seed`: its outcome, and its tally (frames).
 
-    With a RealTimeRunner the episode runs at wall-clock rate (see the module docstring).
+    With a RealTimeRunner the episode runs at wall-clock rate (see the module docstring);
+    with a `recording`, the episode goes to rerun too (rollout_recording).
     """
     observation = task.reset(seed)
     realtime = isinstance(executor, RealTimeRunner)
     if not realtime:
         executor.reset()
-    tally = EpisodeTally(seed, max_steps or task.max_steps, frames)
+    tally = EpisodeTally(seed, max_steps or task.max_steps, frames, recording)
     outcome: Outcome | None = None
     while outcome is None:
         tally.observe(observation)
@@ -122,6 +125,7 @@ def evaluate(
     settings: RolloutSettings | None = None,
     *,
     video_dir: Path | None = None,
+    recorder: RolloutRecorder | None = None,
 ) -> dict[str, Any]:
     """Closed-loop episodes of `policy` in `task`, one after another, in this process.
 
@@ -129,11 +133,13 @@ def evaluate(
     `settings.workers` and `via_server` are `evaluate_policy`'s (they need a TrainedPolicy).
     The summary (see summarise); with `video_dir`, mp4s of the first `settings.videos`
     episodes. With `settings.realtime` (see the module docstring) it also holds the
-    runner's report.
+    runner's report. With a `recorder`, every episode goes to its rerun recording.
     """
     settings = settings or RolloutSettings()
     if settings.inference_slowdown != 1:
         policy = SlowedPolicy(policy, settings.inference_slowdown)
+    tap = ChunkTap(policy) if recorder is not None else None
+    policy = tap or policy
     chunks = make_executor(settings.executor, policy, **settings.executor_options)
     runner = RealTimeRunner(chunks, fps=task.fps) if settings.realtime else chunks
     start, outcomes, written = time.perf_counter(), [], []
@@ -142,7 +148,12 @@ def evaluate(
             tqdm(settings.seeds, desc=f"rollouts {task.name}", disable=not settings.progress)
         ):
             filmed = video_dir is not None and index < settings.videos
-            outcome, tally = rollout(task, runner, seed, settings.max_steps, frames=filmed)
+            recording = recorder.episode(task.name, seed, task.fps) if recorder else None
+            if tap is not None:
+                tap.recording = recording
+            outcome, tally = rollout(
+                task, runner, seed, settings.max_steps, frames=filmed, recording=recording
+            )
             outcomes.append(outcome)
             if filmed and tally.frames and video_dir is not None:
                 written.append(write_episode_video(video_dir, outcome, tally.frames, task.fps))
@@ -170,6 +181,7 @@ def evaluate_policy(
     *,
     video_dir: Path | None = None,
     tasks: MutableMapping[str, SimTask] | None = None,
+    recorder: RolloutRecorder | None = None,
 ) -> dict[str, Any]:
     """Rollouts of a loaded policy in a task, or in each task of a suite, combined.
 
@@ -181,7 +193,8 @@ def evaluate_policy(
     simulator runs at wall-clock rate (`workers` is then 1). With `video_dir`, mp4s of
     the first `settings.videos` episodes (a suite's in a folder per task). `tasks`:
     simulators made before, by name, used and added to rather than made and closed here
-    (a caller that evaluates again and again keeps them, and closes them).
+    (a caller that evaluates again and again keeps them, and closes them). With a
+    `recorder`, every episode of every task goes to its rerun recording.
     """
     from polymimic_sim.tasks import suite_tasks
 
@@ -195,7 +208,9 @@ def evaluate_policy(
     parts = {}
     for name in names:
         videos = video_dir / name.replace("/", "_") if video_dir and len(names) > 1 else video_dir
-        parts[name] = _evaluate_task(trained, name, settings, video_dir=videos, tasks=tasks)
+        parts[name] = _evaluate_task(
+            trained, name, settings, video_dir=videos, tasks=tasks, recorder=recorder
+        )
     summary = parts[task_name] if names == [task_name] else combine(task_name, parts)
     return summary | {
         "weights_step": trained.step,
@@ -215,6 +230,8 @@ def evaluate_checkpoint(
 ) -> dict[str, Any]:
     """`evaluate_policy` of a checkpoint or export; `out/summary.json` and `out/videos/`.
 
+    With `settings.rerun`, also `out/rollouts.rrd` (rollout_recording).
+
     A policy trained on several embodiments (a robot cotrained with hands) acts as the
     task's (`task_embodiment`).
 
@@ -227,11 +244,25 @@ def evaluate_checkpoint(
     from polymimic_sim.tasks import suite_tasks, task_embodiment
 
     tasks = suite_tasks(task_name)
-    trained = load_policy(
-        checkpoint, device=device, weights_dir=weights_dir, prefer=task_embodiment(tasks[0])
-    )
+    recorder = None  # made first: a missing extra fails before the policy loads
+    if settings is not None and settings.rerun:
+        if out is None:
+            raise ValueError("rerun: a recording goes beside summary.json; give an out folder")
+        recorder = RolloutRecorder(Path(out) / "rollouts.rrd")
     video_dir = Path(out) / "videos" if out is not None else None
-    summary = evaluate_policy(trained, task_name, settings, video_dir=video_dir)
+    try:
+        trained = load_policy(
+            checkpoint, device=device, weights_dir=weights_dir, prefer=task_embodiment(tasks[0])
+        )
+        summary = evaluate_policy(
+            trained, task_name, settings, video_dir=video_dir, recorder=recorder
+        )
+    except BaseException:
+        if recorder is not None:
+            recorder.abort()
+        raise
+    if recorder is not None:
+        summary["rerun"] = str(recorder.close())
     summary["checkpoint"] = str(Path(checkpoint).resolve())
     if out is not None:
         write_json_atomic(Path(out) / "summary.json", summary)
@@ -245,6 +276,7 @@ def _evaluate_task(
     *,
     video_dir: Path | None,
     tasks: MutableMapping[str, SimTask] | None,
+    recorder: RolloutRecorder | None = None,
 ) -> dict[str, Any]:
     """One task's rollouts of a loaded policy: in process, or in `workers` processes."""
     from polymimic_serve import LocalPolicy, PolicyClient, PolicyServer, RunningServer
@@ -252,7 +284,9 @@ def _evaluate_task(
     from polymimic_sim.tasks import make_task
 
     if settings.workers > 1:
-        return evaluate_parallel(trained, task_name, settings, video_dir=video_dir)
+        return evaluate_parallel(
+            trained, task_name, settings, video_dir=video_dir, recorder=recorder
+        )
     made = {} if tasks is None else tasks
     if task_name not in made:
         made[task_name] = make_task(
@@ -265,9 +299,9 @@ def _evaluate_task(
                 RunningServer(PolicyServer(trained, port=0, seed=settings.seed)) as running,
                 PolicyClient(running.url) as client,
             ):
-                return evaluate(client, task, settings, video_dir=video_dir)
+                return evaluate(client, task, settings, video_dir=video_dir, recorder=recorder)
         policy = LocalPolicy(trained, seed=settings.seed)
-        return evaluate(policy, task, settings, video_dir=video_dir)
+        return evaluate(policy, task, settings, video_dir=video_dir, recorder=recorder)
     finally:
         if tasks is None:
             task.close()

@@ -32,7 +32,8 @@ class RolloutSettings:
     `videos` episodes where a folder is given; `realtime`: one simulator at wall-clock rate,
     inference beside it, `inference_slowdown` times slower; `expert_episodes`: on the first
     that many seeds the scripted expert runs too, its ticks to success the summary's
-    yardstick (0: none; measured once per task, seed and limit in a process).
+    yardstick (0: none; measured once per task, seed and limit in a process); `rerun`: every
+    episode into one rerun recording beside the summary (`rollouts.rrd`; the `viz` extra).
     """
 
     episodes: int = 50
@@ -47,6 +48,7 @@ class RolloutSettings:
     realtime: bool = False
     inference_slowdown: float = 1.0
     expert_episodes: int = 3
+    rerun: bool = False
 
     def __post_init__(self) -> None:
         """ValueError naming the first option that cannot work."""

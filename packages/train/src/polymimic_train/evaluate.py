@@ -3,13 +3,15 @@
 `evaluate checkpoint=<path> sim=<task> [sim.episodes=50] [sim.seed=1000]
 [sim.executor=chunk|temporal_ensemble|rtc] [sim.n_action_steps=N] [sim.delay=D]
 [sim.workers=2] [sim.videos=3] [sim.via_server=true] [sim.realtime=true]
-[sim.inference_slowdown=K] [sim.weights_dir=DIR]`: closed-loop rollouts in simulation
-instead (polymimic-sim, the `sim` extra; a task such as aloha/transfer_cube or a suite such
-as metaworld/mt10), `sim.workers` simulators at once with the policy batched across them:
-the success rate with its 95% Wilson interval in `summary.json`, mp4s of the first
-`sim.videos` episodes in `videos/`. With `sim.realtime=true` one simulator runs at wall-clock
-rate while inference runs beside it (polymimic-serve's RealTimeRunner): the delay is measured,
-and `sim.inference_slowdown=K` makes the model K times slower.
+[sim.inference_slowdown=K] [sim.rerun=true] [sim.weights_dir=DIR]`: closed-loop rollouts in
+simulation instead (polymimic-sim, the `sim` extra; a task such as aloha/transfer_cube or a
+suite such as metaworld/mt10), `sim.workers` simulators at once with the policy batched
+across them: the success rate with its 95% Wilson interval in `summary.json`, mp4s of the
+first `sim.videos` episodes in `videos/`, every episode in `rollouts.rrd` with
+`sim.rerun=true` (frames, actions, each predicted chunk; open it with `rerun`). With
+`sim.realtime=true` one simulator runs at wall-clock rate while inference runs beside it
+(polymimic-serve's RealTimeRunner): the delay is measured, and `sim.inference_slowdown=K`
+makes the model K times slower.
 
 The run's own composition is replayed (its `.hydra/overrides.yaml`, then yours), so the
 validation set, its noise seeds and the metrics are the run's; the weights and the

@@ -1,0 +1,160 @@
+"""Rollouts in rerun: one recording per evaluation (`evaluate --rerun`, `sim.rerun=true`).
+
+Each episode is `episodes/<task>/seed<N>/` on its own `tick` and `time` timelines (from 0):
+
+- `images/<camera>`: what the policy saw at each tick (JPEG-encoded once, sent as encoded
+  images);
+- `state/<i>`, `actions/<i>`: the observed state and the executed action, as series;
+- `chunks/<i>`: each chunk the policy predicted, at the tick it was asked, as the future it
+  proposed for action channel i (a line over ticks tick..tick+H-1), so a switch to a new
+  chunk shows as the proposed line jumping; `chunks/asked` a text line per request;
+- `reward` as a series, and the outcome (success, strict success, ticks, error) as text at
+  the last tick.
+
+Needs rerun-sdk (`polymimic-sim[viz]`). A chunk is captured by wrapping the policy the
+executor asks (`ChunkTap`), so every executor (chunk, temporal ensemble, RTC) is recorded
+the same way, in one process or with the policy batched across simulator processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polymimic_sim.episodes import Outcome
+
+APPLICATION = "polymimic_sim_rollouts"
+
+
+def _rerun() -> Any:
+    try:
+        import rerun
+    except ImportError as exc:
+        raise ImportError(
+            "rollout recordings need rerun-sdk: pip install 'polymimic-sim[viz]'"
+        ) from exc
+    return rerun
+
+
+class EpisodeRecording:
+    """One episode's entities in a RolloutRecorder's stream; ticks counted by `act`."""
+
+    def __init__(self, recorder: RolloutRecorder, task: str, seed: int) -> None:
+        self.rr, self.rec = recorder.rr, recorder.rec
+        self.fps = recorder.fps
+        self.root = f"episodes/{task}/seed{seed}"
+        self.tick = 0
+
+    def _at(self, tick: int) -> None:
+        self.rec.set_time("tick", sequence=tick)
+        self.rec.set_time("time", duration=tick / self.fps if self.fps else 0.0)
+
+    def _series(self, entity: str, values: np.ndarray) -> None:
+        for i, value in enumerate(np.asarray(values, dtype=np.float64).reshape(-1)):
+            self.rec.log(f"{self.root}/{entity}/{i}", self.rr.Scalars(float(value)))
+
+    def observe(self, observation: Mapping[str, Any]) -> None:
+        """The observation the policy gets at this tick: every camera, and the state."""
+        import simplejpeg
+
+        self._at(self.tick)
+        for camera, image in sorted(observation.get("images", {}).items()):
+            jpeg = simplejpeg.encode_jpeg(np.ascontiguousarray(image), quality=90)
+            self.rec.log(f"{self.root}/images/{camera}",
+                         self.rr.EncodedImage(contents=jpeg, media_type="image/jpeg"))  # fmt: skip
+        if observation.get("state") is not None:
+            self._series("state", observation["state"])
+
+    def chunk(self, actions: np.ndarray) -> None:
+        """A chunk the policy predicted now: per channel, the future it proposed."""
+        actions = np.asarray(actions, dtype=np.float64)
+        actions = actions.reshape(-1, actions.shape[-1])  # (H, A)
+        ticks = self.tick + np.arange(len(actions), dtype=np.float64)
+        self._at(self.tick)
+        for i in range(actions.shape[1]):
+            line = np.stack([ticks, actions[:, i]], axis=1)
+            self.rec.log(f"{self.root}/chunks/{i}", self.rr.LineStrips2D([line]))
+        self.rec.log(f"{self.root}/chunks/asked",
+                     self.rr.TextLog(f"chunk of {len(actions)} at tick {self.tick}"))  # fmt: skip
+
+    def act(self, action: np.ndarray | None, reward: float) -> None:
+        """The action executed at this tick and the reward it earned; the next tick."""
+        self._at(self.tick)
+        if action is not None:
+            self._series("actions", action)
+        self.rec.log(f"{self.root}/reward", self.rr.Scalars(float(reward)))
+        self.tick += 1
+
+    def end(self, outcome: Outcome) -> None:
+        """The outcome, at the last tick."""
+        self._at(max(self.tick - 1, 0))
+        text = (
+            f"{'success' if outcome.success else 'failure'} (strict: {outcome.strict_success}) "
+            f"after {outcome.steps} ticks" + (f"; {outcome.error}" if outcome.error else "")
+        )
+        level = self.rr.TextLogLevel.INFO if outcome.success else self.rr.TextLogLevel.WARN
+        self.rec.log(f"{self.root}/outcome", self.rr.TextLog(text, level=level))
+        self.rec.reset_time()
+
+
+class RolloutRecorder:
+    """One rerun recording of an evaluation at `dest` (.rrd).
+
+    Written beside it and renamed into place by `close`, so an interrupted evaluation leaves
+    no half a file.
+    """
+
+    def __init__(self, dest: str | Path, *, fps: float = 50.0) -> None:
+        self.rr = _rerun()
+        self.dest = Path(dest)
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        self.partial = self.dest.with_name(self.dest.name + ".partial")
+        self.rec = self.rr.RecordingStream(APPLICATION, recording_id=f"rollouts-{time.time_ns()}")
+        self.rec.save(os.fspath(self.partial))
+        self.fps = fps
+
+    def episode(self, task: str, seed: int, fps: float | None = None) -> EpisodeRecording:
+        """A new episode's recording (`fps`: the task's, for the time timeline)."""
+        if fps:
+            self.fps = fps
+        return EpisodeRecording(self, task, seed)
+
+    def close(self) -> Path:
+        """Flush and move the recording into place."""
+        self.rec.flush()
+        self.rec.disconnect()
+        self.partial.replace(self.dest)
+        return self.dest
+
+    def abort(self) -> None:
+        """Drop the recording of an evaluation that failed: nothing at `dest`."""
+        self.rec.disconnect()
+        self.partial.unlink(missing_ok=True)
+
+
+class ChunkTap:
+    """A policy (openpi's client interface) whose predicted chunks go to `recording`."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.recording: EpisodeRecording | None = None
+
+    def infer(self, observation: dict[str, Any]) -> dict[str, Any]:
+        result = self.policy.infer(observation)
+        if self.recording is not None:
+            self.recording.chunk(result["actions"])
+        return result
+
+    def get_server_metadata(self) -> dict[str, Any]:
+        return self.policy.get_server_metadata()
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def __getattr__(self, name: str) -> Any:  # e.g. a batched slot's begin_episode
+        return getattr(self.policy, name)
