@@ -1,4 +1,5 @@
-"""`polymimic-data view` on what polymimic-sim records and what LeRobot's importer writes:
+"""`polymimic-data view`'s recording (`save_recording`, what `view --save` writes) of what
+polymimic-sim records and what LeRobot's importer writes:
 any layout the resolver reads opens in rerun (packages/data/tests/test_viewer.py covers
 polymimic's and EgoVerse's writers)."""
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from polymimic_data import EpisodeReader, resolve_episodes
-from polymimic_data.cli import main
+from polymimic_data.episodes import save_recording
 
 pytest.importorskip("rerun", reason="the viz extra (rerun-sdk) is not installed")
 pytest.importorskip("datafusion", reason="reading a recording back needs rerun-sdk[catalog]")
@@ -35,7 +36,7 @@ def test_a_sim_recorded_episode_opens_with_its_frames_and_poses(tmp_path: Path) 
     (episode,) = resolve_episodes(tmp_path / "sim")
     reader = EpisodeReader(episode.path)
     dest = tmp_path / "sim.rrd"
-    assert main(["view", str(tmp_path / "sim"), "--save", str(dest)]) == 0
+    assert save_recording([episode.path], dest, progress=False) == dest
     store = _read_back(dest)
     root = f"/episodes/{reader.hash}"
     blobs = _column(store, f"{root}/images/top", "EncodedImage:blob")
@@ -58,7 +59,7 @@ def test_a_lerobot_import_opens_with_its_named_channels(tmp_path: Path) -> None:
     (episode,) = resolve_episodes(tmp_path / "imported")
     reader = EpisodeReader(episode.path)
     dest = tmp_path / "lerobot.rrd"
-    assert main(["view", str(tmp_path / "imported"), "--save", str(dest)]) == 0
+    assert save_recording([episode.path], dest, progress=False) == dest
     store = _read_back(dest)
     schema = "\n".join(str(c) for c in store.schema())
     stored = reader.keys()
