@@ -133,6 +133,38 @@ def test_cotraining_weights_hold_over_an_epoch(root: Path, tmp_path: Path) -> No
     assert abs(share - 0.75) <= 0.01
 
 
+def test_a_dataset_of_weight_zero_is_validated_and_normalised_but_never_trained_on(
+    root: Path, tmp_path: Path
+) -> None:
+    """weight: 0 holds an embodiment out of training (zero-shot transfer to it)."""
+    aria = ensure_synthetic_episodes(
+        tmp_path / "aria", "aria_bimanual", episodes=4, frames=12, height=32, width=40,
+        progress=False,
+    )  # fmt: skip
+    cfg = _cfg(
+        roots=[str(root), str(aria)],
+        batch_size=8,
+        datasets={
+            "eva_bimanual": {"embodiment": "eva_bimanual", "cameras": ["front_1"], "weight": 0},
+            "aria_bimanual": {"embodiment": "aria_bimanual", "cameras": ["front_1"], "weight": 1.0},
+        },
+    )
+    dm = EmbodimentDataModule(cfg, data_root=str(tmp_path), cache_dir=str(tmp_path))
+    dm.prepare()
+    assert dm.batch_sizes() == {"eva_bimanual": 0, "aria_bimanual": 8}
+    seen = {name for batch, _, _ in iter(dm.train_dataloader()) for name in batch}
+    assert seen == {"aria_bimanual"}
+    # held out of training, not out of the run: its statistics and its validation stay
+    assert {"eva_bimanual", "aria_bimanual"} <= set(dm.norm_stats)
+    assert [b["embodiment"] for b in (next(iter(v)) for v in dm.val_dataloader())] == [
+        "eva_bimanual",
+        "aria_bimanual",
+    ]
+    dm.cfg["datasets"]["aria_bimanual"]["weight"] = 0
+    with pytest.raises(ValueError, match=r"one at least positive, got \{'eva_bimanual': 0\.0, "):
+        dm.batch_sizes()
+
+
 def test_a_run_meeting_truncated_shards_reports_them_and_finishes(
     tmp_path: Path, train_app
 ) -> None:

@@ -33,6 +33,15 @@ CASES = {
         "data.datasets.eva_bimanual.layout: 'joints' is not a layout of eva_bimanual; choose one",
     ),
     "name": (["name=my/run"], "name: letters, digits"),
+    "weight": (
+        ["+data.datasets.eva_bimanual.weight=-1"],
+        "data.datasets.eva_bimanual.weight: must be a number, 0 or more (0: held out of "
+        "training), got -1",
+    ),
+    "weights": (
+        ["+data.datasets.eva_bimanual.weight=0"],
+        "data.datasets: every weight is 0; at least one dataset must train (weight > 0)",
+    ),
     "blocks": (
         ["data.episodes_per_block=0"],
         "data.episodes_per_block: must be a positive integer",

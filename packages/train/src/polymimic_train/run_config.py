@@ -115,8 +115,15 @@ def _check_datasets(data: DictConfig, *, resolved: bool = True) -> None:
                 f"choose from {list(embodiment.cameras)}"
             )
         weight = spec.get("weight", 1.0)
-        if not isinstance(weight, int | float) or weight <= 0:
-            raise ConfigError(f"{where}.weight: must be a positive number, got {weight!r}")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+            raise ConfigError(
+                f"{where}.weight: must be a number, 0 or more (0: held out of training), "
+                f"got {weight!r}"
+            )
+    if all(spec.get("weight", 1.0) == 0 for spec in datasets.values()):
+        raise ConfigError(
+            "data.datasets: every weight is 0; at least one dataset must train (weight > 0)"
+        )
 
 
 _ROTATION_KINDS = ("quaternion", "euler", "rot6d")

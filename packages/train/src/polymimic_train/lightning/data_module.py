@@ -141,20 +141,26 @@ class EmbodimentDataModule(pl.LightningDataModule):
         )
 
     def batch_sizes(self) -> dict[str, int]:
-        """Each dataset's share of a step's `batch_size`, by its `weight` (at least one)."""
+        """Each dataset's share of a step's `batch_size`, by its `weight` (at least one).
+
+        A dataset of weight 0 is held out of training: its statistics, its validation and
+        its embodiment's stems and head are kept (a checkpoint acts as it), but no step
+        samples it: its share is 0 and it has no training loader.
+        """
         weights = {n: float(self.cfg["datasets"][n].get("weight", 1.0)) for n in self.train_sets}
-        if any(w <= 0 for w in weights.values()):
-            raise ValueError(f"data.datasets weights must be positive, got {weights}")
+        if any(w < 0 for w in weights.values()) or not any(weights.values()):
+            raise ValueError(
+                f"data.datasets weights must be 0 or more, one at least positive, got {weights}"
+            )
         total = sum(weights.values())
-        return {
-            n: max(1, round(int(self.cfg["batch_size"]) * w / total)) for n, w in weights.items()
-        }
+        batch = int(self.cfg["batch_size"])
+        return {n: max(1, round(batch * w / total)) if w else 0 for n, w in weights.items()}
 
     def train_dataloader(self) -> CombinedLoader:
-        sizes = self.batch_sizes()
         loaders = {
-            n: self._loader(n, ds, shuffle=True, batch_size=sizes[n])
-            for n, ds in self.train_sets.items()
+            n: self._loader(n, self.train_sets[n], shuffle=True, batch_size=size)
+            for n, size in self.batch_sizes().items()
+            if size
         }
         return CombinedLoader(loaders, mode="max_size_cycle")
 
