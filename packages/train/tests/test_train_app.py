@@ -16,6 +16,7 @@ from polymimic_data.embodiments import get_embodiment
 from polymimic_eval import read_video_frames, video_rate
 
 SMALL_SYNTHETIC = ["data.synthetic.episodes=6", "data.synthetic.frames=30"]
+RERUN = ["callbacks.rerun.every_n_validations=1", "callbacks.rerun.max_frames=5"]
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def trained(
 ) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
     tmp = tmp_path_factory.mktemp("train")
     run_dir = tmp / "run"
-    result = train_app(tmp, run_dir, *SMALL_SYNTHETIC)
+    result = train_app(tmp, run_dir, *SMALL_SYNTHETIC, *RERUN)
     assert result.returncode == 0, result.stderr[-3000:]
     return tmp, run_dir, result
 
@@ -104,6 +105,42 @@ def test_overlay_videos_of_a_validation_and_a_training_episode_play_at_their_fps
     val = read_video_frames(run_dir / "videos" / "eva_bimanual" / "step000004-val.mp4")
     train = read_video_frames(run_dir / "videos" / "eva_bimanual" / "step000004-train.mp4")
     assert np.abs(val[0].astype(int) - train[0].astype(int)).mean() > 1  # two episodes
+
+
+def test_rerun_files_hold_each_validations_predictions_against_the_truth(trained) -> None:
+    """callbacks.rerun: one file per validation, read back through rerun's dataframe query."""
+    from rerun.chunk import RrdReader
+
+    _, run_dir, _ = trained
+    folder = run_dir / "rerun" / "eva_bimanual"
+    assert sorted(p.name for p in folder.iterdir()) == ["step000002-val.rrd", "step000004-val.rrd"]
+    lines: dict[int, dict[str, np.ndarray]] = {}
+    ids = set()
+    for step in (2, 4):
+        reader = RrdReader(folder / f"step{step:06d}-val.rrd")
+        ids |= {entry.recording_id for entry in reader.recordings()}
+        store = reader.store().stream().collect()
+        root = "/eva_bimanual/val"
+        images = store.reader(index="frame", contents=f"{root}/image").to_pandas()
+        assert images["frame"].tolist() == [0, 1, 2, 3, 4]
+        for series in ("true", f"step{step:06d}"):
+            entity = f"{root}/{series}/left_position/x"
+            table = store.reader(index="frame", contents=entity).to_pandas()
+            assert table["frame"].tolist() == [0, 1, 2, 3, 4]
+            strips = [np.asarray(list(row[0])) for row in table[f"{entity}:LineStrips2D:strips"]]
+            # each frame's chunk, as the future from that frame on: 16 steps, a frame apart
+            for frame, strip in enumerate(strips):
+                assert strip.shape == (16, 2)
+                np.testing.assert_array_equal(strip[:, 0], frame + np.arange(16))
+            lines.setdefault(step, {})[series] = np.stack([s[:, 1] for s in strips])
+        error = store.reader(index="step", contents=f"{root}/action_error").to_pandas()
+        assert error["step"].tolist() == [step]
+        assert float(error[f"{root}/action_error:Scalars:scalars"].iloc[0][0]) > 0
+    assert len(ids) == 1  # one recording when the files are opened together
+    # the same pinned episode's truth each time; the predictions move as the policy trains
+    np.testing.assert_array_equal(lines[2]["true"], lines[4]["true"])
+    assert not np.array_equal(lines[2]["step000002"], lines[4]["step000004"])
+    assert not np.array_equal(lines[4]["true"], lines[4]["step000004"])
 
 
 def test_resume_continues_from_the_checkpoint(trained, train_app) -> None:

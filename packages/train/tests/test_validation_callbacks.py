@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -120,3 +121,16 @@ def test_videos_load_nothing_when_none_is_due() -> None:
 def test_video_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="splits must be among"):
         TrajectoryVideoCallback(splits=["test"])
+
+
+def test_the_rerun_callback_needs_its_extra_only_when_on(monkeypatch) -> None:
+    from polymimic_data.episodes import MissingViewerError
+    from polymimic_train.callbacks.rerun_predictions import RerunPredictions
+
+    monkeypatch.setitem(sys.modules, "rerun", None)  # as without polymimic-train[viz]
+    assert not RerunPredictions(every_n_validations=0).enabled  # the default: off, no import
+    with pytest.raises(MissingViewerError, match=r"callbacks\.rerun needs rerun-sdk: pip "
+                       r"install 'polymimic-train\[viz\]'"):  # fmt: skip
+        RerunPredictions(every_n_validations=1)
+    with pytest.raises(ValueError, match=r"every_n_validations: 0 \(off\) or more, got -1"):
+        RerunPredictions(every_n_validations=-1)

@@ -173,11 +173,11 @@ def import_lerobot_command(args: argparse.Namespace) -> int:
 
 def view_command(args: argparse.Namespace) -> int:
     """`polymimic-data view`: 2, with the reason, before any episode is read if it cannot run."""
-    from polymimic_data.episodes import viewer
+    from polymimic_data.episodes import MissingViewerError, require_rerun, viewer
 
     try:
-        viewer._rerun()
-    except viewer.MissingViewerError as exc:
+        require_rerun()
+    except MissingViewerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     found = {

@@ -18,7 +18,6 @@ the same way, in one process or with the policy batched across simulator process
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,19 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from polymimic_data.episodes import RecordingFile, log_chunk, require_rerun
 from polymimic_sim.episodes import Outcome
 
 APPLICATION = "polymimic_sim_rollouts"
-
-
-def _rerun() -> Any:
-    try:
-        import rerun
-    except ImportError as exc:
-        raise ImportError(
-            "rollout recordings need rerun-sdk: pip install 'polymimic-sim[viz]'"
-        ) from exc
-    return rerun
 
 
 class EpisodeRecording:
@@ -72,15 +62,11 @@ class EpisodeRecording:
 
     def chunk(self, actions: np.ndarray) -> None:
         """A chunk the policy predicted now: per channel, the future it proposed."""
-        actions = np.asarray(actions, dtype=np.float64)
-        actions = actions.reshape(-1, actions.shape[-1])  # (H, A)
-        ticks = self.tick + np.arange(len(actions), dtype=np.float64)
         self._at(self.tick)
-        for i in range(actions.shape[1]):
-            line = np.stack([ticks, actions[:, i]], axis=1)
-            self.rec.log(f"{self.root}/chunks/{i}", self.rr.LineStrips2D([line]))
+        log_chunk(self.rec, f"{self.root}/chunks", self.tick, actions)
+        steps = int(np.prod(np.shape(actions)[:-1]))
         self.rec.log(f"{self.root}/chunks/asked",
-                     self.rr.TextLog(f"chunk of {len(actions)} at tick {self.tick}"))  # fmt: skip
+                     self.rr.TextLog(f"chunk of {steps} at tick {self.tick}"))  # fmt: skip
 
     def act(self, action: np.ndarray | None, reward: float) -> None:
         """The action executed at this tick and the reward it earned; the next tick."""
@@ -110,12 +96,9 @@ class RolloutRecorder:
     """
 
     def __init__(self, dest: str | Path, *, fps: float = 50.0) -> None:
-        self.rr = _rerun()
-        self.dest = Path(dest)
-        self.dest.parent.mkdir(parents=True, exist_ok=True)
-        self.partial = self.dest.with_name(self.dest.name + ".partial")
-        self.rec = self.rr.RecordingStream(APPLICATION, recording_id=f"rollouts-{time.time_ns()}")
-        self.rec.save(os.fspath(self.partial))
+        self.rr = require_rerun("rollout recordings (evaluate --rerun)", "polymimic-sim[viz]")
+        self.file = RecordingFile(dest, APPLICATION, f"rollouts-{time.time_ns()}", self.rr)
+        self.dest, self.rec = self.file.dest, self.file.rec
         self.fps = fps
 
     def episode(self, task: str, seed: int, fps: float | None = None) -> EpisodeRecording:
@@ -126,15 +109,11 @@ class RolloutRecorder:
 
     def close(self) -> Path:
         """Flush and move the recording into place."""
-        self.rec.flush()
-        self.rec.disconnect()
-        self.partial.replace(self.dest)
-        return self.dest
+        return self.file.close()
 
     def abort(self) -> None:
         """Drop the recording of an evaluation that failed: nothing at `dest`."""
-        self.rec.disconnect()
-        self.partial.unlink(missing_ok=True)
+        self.file.abort()
 
 
 class ChunkTap:

@@ -25,4 +25,7 @@ from .resolver import scan_episodes as scan_episodes
 from .resolver import walk_root as walk_root
 from .splits import split_episodes as split_episodes
 from .viewer import MissingViewerError as MissingViewerError
+from .viewer import RecordingFile as RecordingFile
+from .viewer import log_chunk as log_chunk
+from .viewer import require_rerun as require_rerun
 from .viewer import save_recording as save_recording

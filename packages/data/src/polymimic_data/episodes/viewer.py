@@ -56,15 +56,66 @@ class MissingViewerError(ImportError):
     """rerun-sdk is not installed: the `viz` extra."""
 
 
-def _rerun() -> Any:
+def require_rerun(feature: str = "polymimic-data view", extra: str = "polymimic-data[viz]") -> Any:
+    """The rerun module, or a MissingViewerError naming `feature` and the `extra` to install."""
     try:
         import rerun
     except ImportError as exc:
         raise MissingViewerError(
-            "polymimic-data view needs rerun-sdk: pip install 'polymimic-data[viz]' "
-            "(uv sync --extra viz in the workspace)"
+            f"{feature} needs rerun-sdk: pip install '{extra}' (uv sync --extra viz in the "
+            "workspace)"
         ) from exc
     return rerun
+
+
+class RecordingFile:
+    """A rerun recording stream saved to `dest` (.rrd), whole or not at all.
+
+    Written beside it (`<dest>.partial`) and renamed into place by `close`; `abort` drops
+    it. Streams that share an `application` and a `recording_id` open as one recording
+    when their files are opened together.
+    """
+
+    def __init__(self, dest: str | Path, application: str, recording_id: str, rr: Any) -> None:
+        self.rr = rr
+        self.dest = Path(dest)
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        self.partial = self.dest.with_name(self.dest.name + ".partial")
+        self.rec = rr.RecordingStream(application, recording_id=recording_id)
+        self.rec.save(os.fspath(self.partial))
+
+    def close(self) -> Path:
+        """Flush and move the recording into place."""
+        self.rec.flush()
+        self.rec.disconnect()
+        self.partial.replace(self.dest)
+        return self.dest
+
+    def abort(self) -> None:
+        """Drop a recording that failed part way: nothing at `dest`."""
+        self.rec.disconnect()
+        self.partial.unlink(missing_ok=True)
+
+
+def log_chunk(rec: Any, entity: str, start: float, actions: Any, *, spacing: float = 1.0,
+              names: Sequence[str] | None = None) -> None:  # fmt: skip
+    """An action chunk predicted at the stream's current time, as the future it proposes.
+
+    Per channel i (named by `names`, else its index), `<entity>/<name>` is a line over
+    x = start, start + spacing, ... (one point per action step), so a later chunk that
+    proposes another future shows as the line jumping.
+    """
+    import rerun
+
+    chunk = np.asarray(actions, dtype=np.float64)
+    chunk = chunk.reshape(-1, chunk.shape[-1])  # (H, A)
+    x = start + spacing * np.arange(len(chunk), dtype=np.float64)
+    labels = list(names) if names is not None else [str(i) for i in range(chunk.shape[1])]
+    if len(labels) != chunk.shape[1]:
+        raise ValueError(f"{entity}: {len(labels)} names for {chunk.shape[1]} action channels")
+    for i, name in enumerate(labels):
+        line = np.stack([x, chunk[:, i]], axis=1)
+        rec.log(f"{entity}/{name}", rerun.LineStrips2D([line]))
 
 
 def channel_names(reader: EpisodeReader, key: str, width: int) -> list[str]:
@@ -102,7 +153,7 @@ class EpisodeLogger:
     """Sends one episode into a recording stream under `episodes/<hash>/`."""
 
     def __init__(self, rec: Any, reader: EpisodeReader) -> None:
-        self.rr = _rerun()
+        self.rr = require_rerun()
         self.rec = rec
         self.reader = reader
         self.root = f"episodes/{reader.hash}"
@@ -294,7 +345,7 @@ def send_episodes(rec: Any, paths: Sequence[Path], *, progress: bool = True) -> 
 
 
 def _stream() -> Any:
-    return _rerun().RecordingStream(APPLICATION, recording_id=f"view-{time.time_ns()}")
+    return require_rerun().RecordingStream(APPLICATION, recording_id=f"view-{time.time_ns()}")
 
 
 def save_recording(paths: Sequence[Path], dest: Path, *, progress: bool = True) -> Path:
@@ -303,16 +354,13 @@ def save_recording(paths: Sequence[Path], dest: Path, *, progress: bool = True) 
     Written beside it and renamed into place when whole, so an interrupted view leaves no
     half a file.
     """
-    dest = Path(dest)
-    partial = dest.with_name(dest.name + ".partial")
-    rec = _stream()
-    rec.save(os.fspath(partial))
+    out = RecordingFile(dest, APPLICATION, f"view-{time.time_ns()}", require_rerun())
     try:
-        send_episodes(rec, paths, progress=progress)
-    finally:
-        rec.disconnect()
-    partial.replace(dest)
-    return dest
+        send_episodes(out.rec, paths, progress=progress)
+    except BaseException:
+        out.abort()
+        raise
+    return out.close()
 
 
 def serve_recording(
@@ -324,7 +372,7 @@ def serve_recording(
     """
     rec = _stream()
     url = rec.serve_grpc(grpc_port=grpc_port)
-    _rerun().serve_web_viewer(web_port=port, open_browser=False, connect_to=url)
+    require_rerun().serve_web_viewer(web_port=port, open_browser=False, connect_to=url)
     send_episodes(rec, paths, progress=progress)
     return rec, f"http://localhost:{port}/?url={url}"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from polymimic_eval import render_overlay, write_video
 log = logging.getLogger(__name__)
 
 SPLITS = ("val", "train")
-Frames = list[tuple[int, np.ndarray]]
+Frames = list[tuple[int, Any]]  # (index in the episode, what is drawn of that frame)
 
 
 def _gather_to_zero(frames: Frames, failure: str | None) -> tuple[Frames, list[str]] | None:
@@ -128,7 +129,7 @@ class TrajectoryVideoCallback(pl.Callback):
     ) -> None:
         """The pinned episode, or the next readable one; every rank takes part."""
         step = trainer.global_step if self.at_step is None else self.at_step
-        path = Path(trainer.default_root_dir) / "videos" / name / f"step{step:06d}-{split}.mp4"
+        path = self._destination(Path(trainer.default_root_dir), name, split, step)
 
         episodes = datamodule.episodes(name, split)
         for episode in range(self.pinned.get((name, split), 0), len(episodes)):
@@ -154,6 +155,9 @@ class TrajectoryVideoCallback(pl.Callback):
                 fps = self.fps or float(dataset.episodes[0].attrs.get("fps") or 30.0)
                 self._write(trainer, path, ordered, fps, f"videos/{name}/{split}", step)
             return
+
+    def _destination(self, run_dir: Path, name: str, split: str, step: int) -> Path:
+        return run_dir / "videos" / name / f"step{step:06d}-{split}.mp4"
 
     def _write(
         self,
@@ -193,20 +197,18 @@ class TrajectoryVideoCallback(pl.Callback):
             return [], str(exc)
 
     @torch.no_grad()
-    def _render(
+    def _predicted(
         self, dataset: EpisodeDataset, indices: list[int], datamodule: Any, module: Any
-    ) -> Frames:
-        camera = dataset.cameras[0]
+    ) -> Iterator[tuple[list[int], dict[str, Any], np.ndarray, np.ndarray, torch.Tensor]]:
+        """Per batch of `indices`: them, the batch, the predicted and true chunks, the images.
+
+        The images are the first camera's at their stored size, (B, 3, H, W) uint8.
+        """
         model_size = tuple(datamodule.cfg["image_size"])
-        try:
-            intrinsics = camera_intrinsics(dataset.spec, dataset.episodes[0].attrs, camera)
-        except KeyError:  # an uncalibrated camera (LeRobot's): the frames, and the prompt
-            intrinsics = None
-        frames: Frames = []
         for start in range(0, len(indices), self.batch_size):
             chunk = indices[start : start + self.batch_size]
             batch = collate_samples([dataset[i] for i in chunk])
-            display = batch[f"images.{camera}"]
+            display = batch[f"images.{dataset.cameras[0]}"]
             for cam in dataset.cameras:  # the policy sees images at its own resolution
                 key = f"images.{cam}"
                 batch[key] = resize_uint8(batch[key], model_size)
@@ -216,6 +218,20 @@ class TrajectoryVideoCallback(pl.Callback):
             }
             pred = module.predict_actions(batch).float().cpu().numpy()
             true = batch["actions"].float().cpu().numpy()
+            yield chunk, batch, pred, true, display
+
+    def _render(
+        self, dataset: EpisodeDataset, indices: list[int], datamodule: Any, module: Any
+    ) -> Frames:
+        camera = dataset.cameras[0]
+        try:
+            intrinsics = camera_intrinsics(dataset.spec, dataset.episodes[0].attrs, camera)
+        except KeyError:  # an uncalibrated camera (LeRobot's): the frames, and the prompt
+            intrinsics = None
+        frames: Frames = []
+        for chunk, batch, pred, true, display in self._predicted(
+            dataset, indices, datamodule, module
+        ):
             for j, index in enumerate(chunk):
                 image = display[j].permute(1, 2, 0).numpy()
                 frame = render_overlay(
