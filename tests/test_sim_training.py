@@ -98,9 +98,17 @@ def test_a_robot_cotrained_with_hands_trains_and_acts_as_the_robot(
         "+model.shared_stems.front_1=image",
         "model.d_model=32",
         "model.num_heads=2",
+        "callbacks.rerun.every_n_validations=1",
+        "callbacks.rerun.max_frames=3",
     )
     summary = polymimic_train.run(cfg)
     assert summary["steps"] == 2
+    # each embodiment's predictions in rerun, under its name (sim/<family>: a folder each)
+    recordings = Path(cfg.paths.run_dir) / "rerun" / "sim"
+    assert sorted(str(p.relative_to(recordings)) for p in recordings.rglob("*.rrd")) == [
+        f"{robot}/step000002-val.rrd",
+        "hands/step000002-val.rrd",
+    ]
     checkpoint = Path(cfg.paths.run_dir) / "checkpoints" / "last.ckpt"
     settings = RolloutSettings(episodes=1, max_steps=6, workers=1, videos=0, progress=False)
     rollouts = evaluate_checkpoint(checkpoint, task, settings)

@@ -79,7 +79,10 @@ class RerunPredictions(TrajectoryVideoCallback):
         self.rr: Any = (
             require_rerun("callbacks.rerun", "polymimic-train[viz]") if self.enabled else None
         )
-        self.layouts: dict[str, tuple[list[str], float]] = {}
+        # the channel names and chunk spacing of the episode being rendered: set by _render,
+        # read by the _write that follows it in the same _video call (on rank 0, which
+        # renders a share too)
+        self.channels: tuple[list[str], float] = ([], 1.0)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.enabled:
@@ -95,7 +98,7 @@ class RerunPredictions(TrajectoryVideoCallback):
 
         The true chunk's steps past the episode's end are cut off.
         """
-        self.layouts[dataset.spec.name] = (channel_names(dataset.layout), chunk_spacing(dataset))
+        self.channels = (channel_names(dataset.layout), chunk_spacing(dataset))
         frames: Frames = []
         for chunk, batch, pred, true, display in self._predicted(
             dataset, indices, datamodule, module
@@ -106,12 +109,11 @@ class RerunPredictions(TrajectoryVideoCallback):
                 frames.append((index, (image, true[j][valid[j]], pred[j])))
         return frames
 
-    def _write(self, trainer: pl.Trainer, path: Path, frames: list[Any], fps: float, tag: str,
-               step: int) -> None:  # fmt: skip
-        """The frames' chunks into `path` (rank 0 only; `tag` is videos/<name>/<split>)."""
+    def _write(self, trainer: pl.Trainer, path: Path, frames: list[Any], fps: float, name: str,
+               split: str, step: int) -> None:  # fmt: skip
+        """The frames' chunks into `path` (rank 0 only)."""
         rr = self.rr
-        _, name, split = tag.split("/")
-        names, spacing = self.layouts[name]
+        names, spacing = self.channels
         root = f"{name}/{split}"
         out = RecordingFile(path, APPLICATION, f"validation-{trainer.default_root_dir}", rr)
         rec = out.rec

@@ -153,7 +153,7 @@ class TrajectoryVideoCallback(pl.Callback):
             if gathered is not None:
                 ordered = [f for _, f in sorted(gathered[0], key=lambda item: item[0])]
                 fps = self.fps or float(dataset.episodes[0].attrs.get("fps") or 30.0)
-                self._write(trainer, path, ordered, fps, f"videos/{name}/{split}", step)
+                self._write(trainer, path, ordered, fps, name, split, step)
             return
 
     def _destination(self, run_dir: Path, name: str, split: str, step: int) -> Path:
@@ -165,9 +165,11 @@ class TrajectoryVideoCallback(pl.Callback):
         path: Path,
         frames: list[np.ndarray],
         fps: float,
-        tag: str,
+        name: str,
+        split: str,
         step: int,
     ) -> None:
+        tag = f"videos/{name}/{split}"
         write_video(path, frames, fps)
         self.written.append(path)
         log.info("wrote %s", path)
