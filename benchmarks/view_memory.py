@@ -8,7 +8,11 @@ in a child process, and in another child only imports what `view` imports and op
 episode (the baseline: the interpreter, numpy, zarr, rerun). `view_over_baseline_mib` is
 what viewing added at its peak, printed beside the episode's JPEG bytes and the
 recording's size: viewing streams the episode in blocks, so the increment stays well
-below the episode's size rather than growing with it. Prints one JSON line per figure.
+below the episode's size rather than growing with it. A third child serves it as `view
+--web` does (`web_over_baseline_mib`, once every frame was sent): there rerun's server
+keeps the whole recording in memory to serve it to each browser that connects, so that
+figure grows with the recording (up to rerun's server memory limit). Prints one JSON line
+per figure.
 """
 
 from __future__ import annotations
@@ -36,6 +40,16 @@ from polymimic_data.cli import main
 episode, dest = Path(sys.argv[1]), sys.argv[2]
 if dest == "-":
     EpisodeReader(episode).keys()
+elif dest == "web":
+    import socket
+    from polymimic_data.episodes.viewer import serve_recording
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    stream, _ = serve_recording([episode], port=ports[0], grpc_port=ports[1], progress=False)
+    stream.flush()
 else:
     assert main(["view", str(episode.parent), "--save", dest]) == 0
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
@@ -77,6 +91,10 @@ def main() -> None:
              episode_jpeg_mib=round(jpeg_bytes / 2**20, 1),
              recording_mib=round(dest.stat().st_size / 2**20, 1))  # fmt: skip
         emit("view_frames_per_s", reader.total_frames / seconds, "frames/s")
+        web, seconds = peak_kib(episode, "web")
+        emit("web_peak_rss_mib", web / mib, "MiB", seconds=round(seconds, 1))
+        emit("web_over_baseline_mib", (web - baseline) / mib, "MiB",
+             recording_mib=round(dest.stat().st_size / 2**20, 1))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -167,6 +167,10 @@ def test_one_episode_by_hash_and_clear_errors(
     assert "no episode nope" in capsys.readouterr().err
     assert main(["view", str(root), "--save", str(tmp_path / "absent" / "x.rrd")]) == 2
     assert "--save: no folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:  # before any episode is read or port opened
+        main(["view", str(root), "--web", "--memory-limit", "lots"])
+    assert stopped.value.code == 2
+    assert "--memory-limit: expected e.g. 4GiB, 500MB or 50%, got 'lots'" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "rerun", None)  # as without the extra
     assert main(["view", str(root), "--save", str(dest)]) == 2
     assert "polymimic-data[viz]" in capsys.readouterr().err

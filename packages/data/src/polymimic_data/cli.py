@@ -12,6 +12,7 @@ polymimic-data view ROOT [ROOT ...] [--episode HASH ...] [--save FILE.rrd | --we
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections import defaultdict
@@ -132,6 +133,13 @@ def correct(name: str, roots: Sequence[str], *, dry_run: bool) -> int:
     return 1 if counts["skipped"] else 0
 
 
+def _memory_limit(text: str) -> str:
+    """The memory rerun's server may use: an amount with a unit (4GiB, 500MB) or a share (50%)."""
+    if not re.fullmatch(r"\d+(\.\d+)?\s*(%|[KMGT]i?B|B)", text.strip()):
+        raise argparse.ArgumentTypeError(f"expected e.g. 4GiB, 500MB or 50%, got {text!r}")
+    return text.strip()
+
+
 def _parse_filters(items: Sequence[str], embodiment: str | None) -> dict[str, Any]:
     filters: dict[str, Any] = {}
     for item in items:
@@ -202,7 +210,8 @@ def view_command(args: argparse.Namespace) -> int:
         print(f"{len(paths)} episodes in {args.save} (open it with `rerun {args.save}`)")
         return 0
     if args.web:
-        _stream, url = viewer.serve_recording(paths, port=args.port, grpc_port=args.grpc_port)
+        _stream, url = viewer.serve_recording(paths, port=args.port, grpc_port=args.grpc_port,
+                                              memory_limit=args.memory_limit)  # fmt: skip
         print(f"{len(paths)} episodes at {url} (Ctrl-C stops)", flush=True)
         try:
             while True:
@@ -260,6 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown.add_argument("--web", action="store_true", help="serve rerun's web viewer")
     p_view.add_argument("--port", type=int, default=9090, help="the web viewer's port")
     p_view.add_argument("--grpc-port", type=int, default=9876, help="the data's port (--web)")
+    limit = (
+        "--web: the memory rerun's server keeps the recording in (e.g. 4GiB or 50%%); past it "
+        "the earliest frames are dropped for a browser that connects later"
+    )
+    p_view.add_argument("--memory-limit", type=_memory_limit, default="1GiB", help=limit)
     args = parser.parse_args(argv)
     if args.command == "view":
         return view_command(args)

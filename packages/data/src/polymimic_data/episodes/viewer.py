@@ -364,14 +364,21 @@ def save_recording(paths: Sequence[Path], dest: Path, *, progress: bool = True) 
 
 
 def serve_recording(
-    paths: Sequence[Path], *, port: int, grpc_port: int, progress: bool = True
+    paths: Sequence[Path],
+    *,
+    port: int,
+    grpc_port: int,
+    progress: bool = True,
+    memory_limit: str = "1GiB",
 ) -> tuple[Any, str]:
     """Serve the episodes in rerun's web viewer at http://localhost:`port`; (stream, url).
 
-    The stream keeps the data; the caller keeps it alive while the viewer is wanted.
+    The stream keeps the data; the caller keeps it alive while the viewer is wanted. rerun's
+    server holds the whole recording in memory, for each browser that connects, up to
+    `memory_limit` ("4GiB", "50%"); past it, the earliest data is dropped.
     """
     rec = _stream()
-    url = rec.serve_grpc(grpc_port=grpc_port)
+    url = rec.serve_grpc(grpc_port=grpc_port, server_memory_limit=memory_limit)
     require_rerun().serve_web_viewer(web_port=port, open_browser=False, connect_to=url)
     send_episodes(rec, paths, progress=progress)
     return rec, f"http://localhost:{port}/?url={url}"
