@@ -14,19 +14,26 @@ from polymimic_data.synthetic import ensure_synthetic_episodes
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _lines(script: str, *args: str, timeout: int = 300) -> list[dict]:
+    """Run benchmarks/`script` with `args`; its JSON lines (it must exit 0)."""
+    command = [sys.executable, str(ROOT / "benchmarks" / script), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads(line) for line in result.stdout.splitlines() if line]
+
+
+def _figures(script: str, *args: str) -> dict[str, dict]:
+    """The benchmark's figures by metric (the last line of each)."""
+    return {line["metric"]: line for line in _lines(script, *args)}
+
+
 def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path) -> None:
     root = ensure_synthetic_episodes(
         tmp_path, "eva_bimanual", episodes=2, frames=30, height=32, width=40, progress=False
     )
-    command = [sys.executable, str(ROOT / "benchmarks" / "loader.py"), "--root", str(root)]
-    result = subprocess.run(
-        [*command, "--skip-resolve", "--samples", "20", "--batches", "8"],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    figures = _figures(
+        "loader.py", "--root", str(root), "--skip-resolve", "--samples", "20", "--batches", "8"
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
     assert figures["ms_per_sample"]["samples"] == 20
     assert figures["dataloader_samples_per_s"]["value"] > 0
     assert figures["dataloader_samples_per_s"]["batch_size"] == 32  # 60 samples: 1 batch an epoch
@@ -34,14 +41,7 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
 
 def test_remote_loader_benchmark_prints_its_ratio() -> None:
     tiny = ["--episodes", "2", "--frames", "20", "--height", "32", "--width", "40"]
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "remote_loader.py"), *tiny, "--rounds", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
+    figures = _figures("remote_loader.py", *tiny, "--rounds", "1")
     assert figures["remote_over_local_first_epoch"]["value"] > 0
     assert figures["remote_first_epoch_ms_per_sample"]["samples"] == 40
     assert figures["sync_s"]["megabytes"] > 0 and figures["resync_s"]["value"] > 0
@@ -49,14 +49,7 @@ def test_remote_loader_benchmark_prints_its_ratio() -> None:
 
 def test_lerobot_import_benchmark_prints_its_ratios() -> None:
     tiny = ["--episodes", "2", "--frames", "20", "--height", "48", "--width", "64"]
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "lerobot_import.py"), *tiny, "--samples", "10"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
+    figures = _figures("lerobot_import.py", *tiny, "--samples", "10")
     assert figures["import_frames_per_s"]["frames"] == 40
     assert figures["import_over_floor"]["value"] > 0
     assert figures["ms_per_sample"]["layout"] == "lerobot_converted"
@@ -64,28 +57,15 @@ def test_lerobot_import_benchmark_prints_its_ratios() -> None:
 
 def test_view_memory_benchmark_prints_its_peak_beside_the_episodes_size() -> None:
     tiny = ["--frames", "300", "--height", "24", "--width", "32"]
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "view_memory.py"), *tiny],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if line}
+    figures = _figures("view_memory.py", *tiny)
     assert figures["view_peak_rss_mib"]["frames"] == 300
     assert figures["view_peak_rss_mib"]["value"] > figures["baseline_peak_rss_mib"]["value"] > 0
     assert figures["view_over_baseline_mib"]["recording_mib"] > 0
+    assert figures["web_peak_rss_mib"]["value"] > figures["baseline_peak_rss_mib"]["value"]
 
 
 def test_policy_benchmark_counts_every_model_config() -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "policies.py"), "--skip-speed"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line]
+    lines = _lines("policies.py", "--skip-speed")
     trunks = {
         line["model"]: line["millions"] for line in lines if line["metric"] == "trunk_parameters"
     }
@@ -97,11 +77,8 @@ def test_policy_benchmark_counts_every_model_config() -> None:
 
 
 def test_serve_benchmark_prints_its_ratios(trained_checkpoint: Path) -> None:
-    command = [sys.executable, str(ROOT / "benchmarks" / "serve.py")]
     quick = ["--checkpoint", str(trained_checkpoint), "--requests", "10", "--seconds", "0.3"]
-    result = subprocess.run([*command, *quick], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line]
+    lines = _lines("serve.py", *quick)
     ratios = [line for line in lines if line["metric"] == "round_trip_over_predict_p50"]
     assert [r["cameras_on_wire"] for r in ratios] == [1, 4] and all(r["value"] > 0 for r in ratios)
     rates = {(r["clients"], r["max_batch"]) for r in lines if r["metric"] == "requests_per_s"}
@@ -110,19 +87,8 @@ def test_serve_benchmark_prints_its_ratios(trained_checkpoint: Path) -> None:
 
 
 def test_sim_benchmark_prints_its_ratios() -> None:
-    command = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "sim.py"),
-        "--tasks",
-        "metaworld/button-press-v3,aloha/transfer_cube",
-        "--episodes",
-        "1",
-        "--steps",
-        "40",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line]
+    tasks = "metaworld/button-press-v3,aloha/transfer_cube"
+    lines = _lines("sim.py", "--tasks", tasks, "--episodes", "1", "--steps", "40", timeout=600)
     for task in ("metaworld/button-press-v3", "aloha/transfer_cube"):
         figures = {(f["metric"], f.get("workers")): f for f in lines if f["task"] == task}
         assert figures[("expert_success_rate", None)]["value"] == 1.0

@@ -48,6 +48,13 @@ def test_every_episode_its_frames_actions_and_predicted_chunks(
         assert [t for t, _ in frames] == list(range(ticks))  # what the policy saw, every tick
         actions = _rows(store, f"{root}/actions/0", "Scalars:scalars")
         assert [t for t, _ in actions] == list(range(ticks))
+        state = _rows(store, f"{root}/state/0", "Scalars:scalars")
+        assert [t for t, _ in state] == list(range(ticks))
+        rewards = _rows(store, f"{root}/reward", "Scalars:scalars")
+        assert [t for t, _ in rewards] == list(range(ticks))
+        timed = store.reader(index="time", contents=f"{root}/reward").to_pandas()
+        seconds = timed["time"].dt.total_seconds().to_numpy()  # the task's rate: 80 Hz here
+        np.testing.assert_allclose(np.sort(seconds), np.arange(ticks) / 80.0)
         # a chunk asked every N_ACTION_STEPS ticks: its line starts at the tick it was asked
         chunks = _rows(store, f"{root}/chunks/0", "LineStrips2D:strips")
         assert [t for t, _ in chunks] == list(range(0, ticks, N_ACTION_STEPS))

@@ -39,14 +39,32 @@ class EpisodeRecording:
         self.fps = recorder.fps
         self.root = f"episodes/{task}/seed{seed}"
         self.tick = 0
+        # series are kept per episode and sent as columns at its end (one message per
+        # channel, not one per channel per tick): entity -> (ticks, rows, one channel per entity)
+        self.series: dict[str, tuple[list[int], list[np.ndarray], bool]] = {}
 
     def _at(self, tick: int) -> None:
         self.rec.set_time("tick", sequence=tick)
         self.rec.set_time("time", duration=tick / self.fps if self.fps else 0.0)
 
-    def _series(self, entity: str, values: np.ndarray) -> None:
-        for i, value in enumerate(np.asarray(values, dtype=np.float64).reshape(-1)):
-            self.rec.log(f"{self.root}/{entity}/{i}", self.rr.Scalars(float(value)))
+    def _series(self, entity: str, values: Any, *, channels: bool = True) -> None:
+        ticks, rows, _ = self.series.setdefault(entity, ([], [], channels))
+        ticks.append(self.tick)
+        rows.append(np.asarray(values, dtype=np.float64).reshape(-1))
+
+    def _send_series(self) -> None:
+        """Every buffered series, one column per channel (`<entity>/<i>`, or the entity)."""
+        rr = self.rr
+        for entity, (ticks, rows, channels) in self.series.items():
+            at = np.asarray(ticks, dtype=np.int64)
+            seconds = at / self.fps if self.fps else np.zeros(len(at))
+            indexes = [rr.TimeColumn("tick", sequence=at), rr.TimeColumn("time", duration=seconds)]
+            values = np.stack(rows)
+            for i in range(values.shape[1]):
+                path = f"{self.root}/{entity}/{i}" if channels else f"{self.root}/{entity}"
+                self.rec.send_columns(path, indexes=indexes,
+                                      columns=rr.Scalars.columns(scalars=values[:, i]))  # fmt: skip
+        self.series.clear()
 
     def observe(self, observation: Mapping[str, Any]) -> None:
         """The observation the policy gets at this tick: every camera, and the state."""
@@ -73,11 +91,12 @@ class EpisodeRecording:
         self._at(self.tick)
         if action is not None:
             self._series("actions", action)
-        self.rec.log(f"{self.root}/reward", self.rr.Scalars(float(reward)))
+        self._series("reward", [reward], channels=False)
         self.tick += 1
 
     def end(self, outcome: Outcome) -> None:
-        """The outcome, at the last tick."""
+        """The series of the whole episode, and the outcome at its last tick."""
+        self._send_series()
         self._at(max(self.tick - 1, 0))
         text = (
             f"{'success' if outcome.success else 'failure'} (strict: {outcome.strict_success}) "

@@ -175,9 +175,8 @@ class EpisodeLogger:
                 f"{self.root}/{entity}", indexes=self._indexes(frames), columns=columns
             )
 
-    def _flag(self, frames: Sequence[int], why: str) -> None:
-        for frame in frames:
-            self.flagged.setdefault(int(frame), []).append(why)
+    def _flag(self, frame: int, why: str) -> None:
+        self.flagged.setdefault(int(frame), []).append(why)
 
     def log(self) -> None:
         """Everything the module docstring lists, for this episode."""
@@ -202,7 +201,7 @@ class EpisodeLogger:
         values = values.reshape(len(values), -1)
         bad, reasons = frame_faults(key, values)
         for frame in np.flatnonzero(bad):
-            self._flag([int(frame)], f"{key}: {reasons[frame]}")
+            self._flag(int(frame), f"{key}: {reasons[frame]}")
         shown = np.where(np.isfinite(values) & (np.abs(values) < 1e8), values, np.nan)
         names = channel_names(self.reader, key, values.shape[1])
         pose = key.endswith("_pose") and values.shape[1] == 7
@@ -267,7 +266,7 @@ class EpisodeLogger:
                     data = self.reader.read_jpeg(camera, frame)
                     decodes(data)
                 except Exception as exc:
-                    self._flag([frame], f"images.{camera}: {exc}")
+                    self._flag(frame, f"images.{camera}: {exc}")
                     continue
                 blobs.append(data)
                 frames.append(frame)
