@@ -25,12 +25,7 @@ on the robot in closed loop over `--eval-episodes` held-out seeds (1000 on):
 - `pretrain`: a policy trained on the hands alone (once) gives its trunk and image stem to a
   policy fine-tuned on the N robot demonstrations (`model.pretrained`, by hash);
 - `shuffled` (a control): as cotrain, but each hands episode's motions come from another
-  hands episode (same images, wrong motions); a gain that survives this is not transfer;
-- `hands` (the N = 0 control, cell `hands_n0`, once for the smallest N): as cotrain, but the
-  robot's dataset has `weight: 0`: its N demonstrations give the robot's statistics and
-  its validation, never a training step, so the policy acts as the robot having learnt
-  from the hands alone. Its gripper output is never trained (hands give no gripper
-  command): a success needs the hands' motions to have become the robot's.
+  hands episode (same images, wrong motions); a gain that survives this is not transfer.
 
 Each cell prints one JSON line: its success rate with the 95% Wilson interval (standard and
 strict, within 300 and 400 steps, steps to success beside the expert's), the seeds,
@@ -223,10 +218,10 @@ def main() -> None:
         print_coverage(opts.task, counts[0], opts.coverage)
         return
     arms = opts.arms.split(",")
-    unknown = set(arms) - {"robot", "cotrain", "pretrain", "shuffled", "hands"}
+    unknown = set(arms) - {"robot", "cotrain", "pretrain", "shuffled"}
     if unknown:
         parser.error(f"--arms: {sorted(unknown)} are not arms; choose robot, cotrain, pretrain, "
-                     "shuffled, hands")  # fmt: skip
+                     "shuffled")  # fmt: skip
     if opts.tag and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", opts.tag):
         parser.error(f"--tag: letters, digits, _ and - (it names a run folder), got {opts.tag!r}")
     work = opts.workdir.resolve()
@@ -246,7 +241,7 @@ def main() -> None:
          written=len(report.written), kept=len(report.kept),
          expert_success=report.success_rate)  # fmt: skip
     hands = work / "hands"
-    if {"cotrain", "pretrain", "shuffled", "hands"} & set(arms):
+    if {"cotrain", "pretrain", "shuffled"} & set(arms):
         start = time.perf_counter()
         report = record(f"hands/{name}", hands, episodes=opts.hands_demos, seed=HANDS_SEED)
         emit("hands_record_s", time.perf_counter() - start, "s", episodes=opts.hands_demos,
@@ -269,15 +264,10 @@ def main() -> None:
             "pretrain": ([robot], data, alone + pretrained),
             "shuffled": ([robot, shuffled_hands(hands, work / "hands_shuffled")]
                          if "shuffled" in arms else [], "sim_cotrain_transfer_cube", shared),
-            "hands": ([robot, hands], "sim_cotrain_transfer_cube",
-                      [*shared, "data.datasets.robot.weight=0"]),
         }  # fmt: skip
         for arm in arms:
-            if arm == "hands" and n != counts[0]:
-                continue  # N = 0: one cell, the robot's statistics from the fewest demos
             roots, data_config, extra = cells[arm]
-            trained = 0 if arm == "hands" else n  # robot demonstrations trained on
-            cell = f"{arm}_n{trained}" + (f"_{opts.tag}" if opts.tag else "")
+            cell = f"{arm}_n{n}" + (f"_{opts.tag}" if opts.tag else "")
             result = train_and_evaluate(
                 cell, roots, data_config, robot_work, task=opts.task, steps=opts.steps,
                 episodes=opts.eval_episodes, workers=opts.workers,
@@ -285,9 +275,8 @@ def main() -> None:
             )  # fmt: skip
             outcomes = json.loads((robot_work / "eval" / cell / "summary.json").read_text())
             coverage = by_demo_distance(opts.task, n, outcomes["outcomes"])
-            held_out = {"robot_demos_for_statistics": n} if arm == "hands" else {}
             line = emit("success_rate", result["successes"] / result["episodes"], "fraction",
-                        cell=cell, task=opts.task, arm=arm, robot_demos=trained, **held_out,
+                        cell=cell, task=opts.task, arm=arm, robot_demos=n,
                         hands_demos=0 if arm == "robot" else opts.hands_demos, steps=opts.steps,
                         **result, success_by_demo_distance=coverage)  # fmt: skip
             if opts.results:

@@ -97,3 +97,20 @@ def test_statistics_read_no_image(eva_root: Path, monkeypatch) -> None:
     monkeypatch.setattr("polymimic_data.samples.dataset.decode_jpeg", no_images)
     stats = norm_module.compute_norm_stats(ds, num_samples=40, seed=0)
     assert stats.state.mean.shape == (16,) and np.isfinite(stats.actions.std).all()
+
+
+def test_a_layout_names_each_channel_by_its_group_and_axis() -> None:
+    layout = layout_from_widths(
+        "named",
+        [("left_position", "position", 3), ("left_rotation", "quaternion", 4),
+         ("left_yaw", "euler", 3), ("left_rot6d", "rot6d", 6), ("left_gripper", "gripper", 1),
+         ("left_keypoints", "keypoints", 6)],
+    )  # fmt: skip
+    names = layout.channel_names()
+    assert len(names) == layout.dim == len(set(names))
+    assert names[:7] == ["left_position/x", "left_position/y", "left_position/z",
+                         "left_rotation/w", "left_rotation/x", "left_rotation/y",
+                         "left_rotation/z"]  # fmt: skip
+    assert names[7:10] == ["left_yaw/roll", "left_yaw/pitch", "left_yaw/yaw"]
+    assert names[10:17] == [*(f"left_rot6d/{i}" for i in range(6)), "left_gripper"]
+    assert names[17:] == [f"left_keypoints/{i}/{axis}" for i in range(2) for axis in "xyz"]

@@ -167,10 +167,12 @@ def test_one_episode_by_hash_and_clear_errors(
     assert "no episode nope" in capsys.readouterr().err
     assert main(["view", str(root), "--save", str(tmp_path / "absent" / "x.rrd")]) == 2
     assert "--save: no folder" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as stopped:  # before any episode is read or port opened
-        main(["view", str(root), "--web", "--memory-limit", "lots"])
-    assert stopped.value.code == 2
-    assert "--memory-limit: expected e.g. 4GiB, 500MB or 50%, got 'lots'" in capsys.readouterr().err
+    for limit in ("lots", "500KB", "50 %", "100"):  # what rerun's server would refuse
+        with pytest.raises(SystemExit) as stopped:  # before any episode is read or port opened
+            main(["view", str(root), "--web", "--memory-limit", limit])
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--memory-limit: expected e.g. 4GiB, 500MB or 50%, got {limit!r}" in err
     monkeypatch.setitem(sys.modules, "rerun", None)  # as without the extra
     assert main(["view", str(root), "--save", str(dest)]) == 2
     assert "polymimic-data[viz]" in capsys.readouterr().err

@@ -38,6 +38,19 @@ CASES = {
         "data.datasets.eva_bimanual.weight: must be a number, 0 or more (0: held out of "
         "training), got -1",
     ),
+    "held_out_under_ddp": (
+        ["data=synthetic_cotrain", "data.datasets.aria_bimanual.weight=0", "trainer=ddp"],
+        "data.datasets.aria_bimanual.weight: 0 (held out of training) leaves its stems without "
+        "a gradient, which DDP refuses; choose trainer=ddp_find_unused_parameters_true",
+    ),
+    "rerun_frames": (
+        ["callbacks.rerun.every_n_validations=1", "callbacks.rerun.max_frames=0"],
+        "callbacks.rerun.max_frames: must be a positive integer, got 0",
+    ),
+    "rerun_every": (
+        ["callbacks.rerun.every_n_validations=-1"],
+        "callbacks.rerun.every_n_validations: must be an integer >= 0, got -1",
+    ),
     "weights": (
         ["+data.datasets.eva_bimanual.weight=0"],
         "data.datasets: every weight is 0; at least one dataset must train (weight > 0)",

@@ -133,9 +133,9 @@ def test_rerun_files_hold_each_validations_predictions_against_the_truth(trained
                 assert strip.shape == (16, 2)
                 np.testing.assert_array_equal(strip[:, 0], frame + np.arange(16))
             lines.setdefault(step, {})[series] = np.stack([s[:, 1] for s in strips])
-        error = store.reader(index="step", contents=f"{root}/action_error").to_pandas()
+        error = store.reader(index="step", contents=f"{root}/mean_abs_error").to_pandas()
         assert error["step"].tolist() == [step]
-        assert float(error[f"{root}/action_error:Scalars:scalars"].iloc[0][0]) > 0
+        assert float(error[f"{root}/mean_abs_error:Scalars:scalars"].iloc[0][0]) > 0
     assert len(ids) == 1  # one recording when the files are opened together
     # the same pinned episode's truth each time; the predictions move as the policy trains
     np.testing.assert_array_equal(lines[2]["true"], lines[4]["true"])

@@ -134,3 +134,17 @@ def test_the_rerun_callback_needs_its_extra_only_when_on(monkeypatch) -> None:
         RerunPredictions(every_n_validations=1)
     with pytest.raises(ValueError, match=r"every_n_validations: 0 \(off\) or more, got -1"):
         RerunPredictions(every_n_validations=-1)
+    # the app says so before any data is read: one line naming the field and the extra
+    from omegaconf import OmegaConf
+
+    from polymimic_train.run_config import ConfigError, _check_rerun
+
+    off = OmegaConf.create({"callbacks": {"rerun": {"every_n_validations": 0}}})
+    _check_rerun(off)
+    on = OmegaConf.create({"callbacks": {"rerun": {"every_n_validations": 1}}})
+    expected = (
+        r"^callbacks\.rerun\.every_n_validations: callbacks\.rerun needs rerun-sdk: pip "
+        r"install 'polymimic-train\[viz\]'"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        _check_rerun(on)

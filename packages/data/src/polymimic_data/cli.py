@@ -29,6 +29,7 @@ from polymimic_data.episodes.resolver import (
     scan_episodes,
     walk_root,
 )
+from polymimic_data.episodes.viewer import SERVER_MEMORY
 from polymimic_data.store.episode_attrs import read_group_attrs
 from polymimic_data.store.episode_store import episode_hash
 
@@ -135,7 +136,8 @@ def correct(name: str, roots: Sequence[str], *, dry_run: bool) -> int:
 
 def _memory_limit(text: str) -> str:
     """The memory rerun's server may use: an amount with a unit (4GiB, 500MB) or a share (50%)."""
-    if not re.fullmatch(r"\d+(\.\d+)?\s*(%|[KMGT]i?B|B)", text.strip()):
+    # as rerun 0.41 parses it: 50%, 4GiB, 500kB, 1.5 GB (kB, not KB; no space before %)
+    if not re.fullmatch(r"\d+(\.\d+)?(%|\s*([KMGT]iB|kB|[MGT]B|B))", text.strip()):
         raise argparse.ArgumentTypeError(f"expected e.g. 4GiB, 500MB or 50%, got {text!r}")
     return text.strip()
 
@@ -273,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--web: the memory rerun's server keeps the recording in (e.g. 4GiB or 50%%); past it "
         "the earliest frames are dropped for a browser that connects later"
     )
-    p_view.add_argument("--memory-limit", type=_memory_limit, default="1GiB", help=limit)
+    p_view.add_argument("--memory-limit", type=_memory_limit, default=SERVER_MEMORY, help=limit)
     args = parser.parse_args(argv)
     if args.command == "view":
         return view_command(args)

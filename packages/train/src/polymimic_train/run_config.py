@@ -31,10 +31,16 @@ _POSITIVE = (
     "trainer.log_every_n_steps",
     "trainer.accumulate_grad_batches",
     "callbacks.trajectory_video.max_frames",
+    "callbacks.rerun.max_frames",
     "data.episodes_per_block",
 )
 _OPTIONAL = ("data.episodes_per_block",)  # null: off
-_NON_NEGATIVE = ("data.num_workers", "optim.warmup_steps", "data.video_episodes")
+_NON_NEGATIVE = (
+    "data.num_workers",
+    "optim.warmup_steps",
+    "data.video_episodes",
+    "callbacks.rerun.every_n_validations",
+)
 _NORM_MODES = ("zscore", "minmax", "quantile")
 _RUN_NAME_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -274,6 +280,33 @@ def _check_loggers(cfg: DictConfig) -> None:
             )
 
 
+def _check_held_out(cfg: DictConfig) -> None:
+    """A dataset of weight 0 under DDP: its stems get no gradient, which plain DDP refuses."""
+    strategy = _number(cfg, "trainer.strategy")
+    if not isinstance(strategy, DictConfig) or "DDP" not in str(strategy.get("_target_", "")):
+        return
+    if strategy.get("find_unused_parameters", False):
+        return
+    for name, spec in (cfg.data.get("datasets") or {}).items():
+        if spec.get("weight", 1.0) == 0:
+            raise ConfigError(
+                f"data.datasets.{name}.weight: 0 (held out of training) leaves its stems "
+                "without a gradient, which DDP refuses; choose "
+                "trainer=ddp_find_unused_parameters_true"
+            )
+
+
+def _check_rerun(cfg: DictConfig) -> None:
+    """callbacks.rerun on: rerun-sdk must be there (the `viz` extra)."""
+    if (_number(cfg, "callbacks.rerun.every_n_validations") or 0) > 0:
+        from polymimic_data.episodes import MissingViewerError, require_rerun
+
+        try:
+            require_rerun("callbacks.rerun", "polymimic-train[viz]")
+        except MissingViewerError as exc:
+            raise ConfigError(f"callbacks.rerun.every_n_validations: {exc}") from None
+
+
 def check_config(
     cfg: DictConfig, *, initial_weights: bool = True, resolved: bool = True
 ) -> type[Policy]:
@@ -287,7 +320,9 @@ def check_config(
     """
     _check_numbers(cfg)
     _check_datasets(cfg.data, resolved=resolved)
+    _check_held_out(cfg)
     _check_loggers(cfg)
+    _check_rerun(cfg)
     policy_type = model_policy_type(cfg)
     _check_model_layouts(cfg, policy_type)
     if initial_weights:

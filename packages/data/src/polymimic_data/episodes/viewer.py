@@ -48,6 +48,7 @@ BONES = {
          (18, 19), (19, 20), (5, 9), (9, 13), (13, 17)],
     3: [(0, 2), (2, 1)],
 }  # fmt: skip
+SERVER_MEMORY = "1GiB"  # rerun's default: what its server keeps of a served recording
 HEAD_POSE = "obs_head_pose"
 HEAD_CAMERA = "front_1"
 
@@ -368,7 +369,7 @@ def serve_recording(
     port: int,
     grpc_port: int,
     progress: bool = True,
-    memory_limit: str = "1GiB",
+    memory_limit: str = SERVER_MEMORY,
 ) -> tuple[Any, str]:
     """Serve the episodes in rerun's web viewer at http://localhost:`port`; (stream, url).
 

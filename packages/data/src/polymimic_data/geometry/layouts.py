@@ -17,6 +17,7 @@ CHANNEL_KINDS: tuple[str, ...] = (
     "joint",
 )
 UNNORMALISED_KINDS: frozenset[str] = frozenset({"rot6d"})
+_AXES = {"position": "xyz", "quaternion": "wxyz", "euler": ("roll", "pitch", "yaw")}
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,25 @@ class Layout:
     @property
     def group_names(self) -> list[str]:
         return [g.name for g in self.groups]
+
+    def channel_names(self) -> list[str]:
+        """A name per channel: `<group>` for a one-channel group, else `<group>/<axis>`.
+
+        Axes by the group's kind: x, y, z for a position; w, x, y, z for a quaternion; roll,
+        pitch, yaw for euler angles; `<point>/<x|y|z>` for keypoints; else the index.
+        """
+        names: list[str] = []
+        for group in self.groups:
+            axes = _AXES.get(group.kind)
+            if group.width == 1:
+                names.append(group.name)
+            elif axes is not None and len(axes) == group.width:
+                names += [f"{group.name}/{axis}" for axis in axes]
+            elif group.kind == "keypoints" and group.width % 3 == 0:
+                names += [f"{group.name}/{i // 3}/{'xyz'[i % 3]}" for i in range(group.width)]
+            else:
+                names += [f"{group.name}/{i}" for i in range(group.width)]
+        return names
 
     def normalised_mask(self) -> list[bool]:
         """Per channel: True where normalisation applies (every kind but rot6d)."""

@@ -10,7 +10,9 @@ default; `callbacks.rerun.every_n_validations=1` turns it on). Each validation w
 - `image`: the first camera's frame;
 - `true/<channel>`: the true chunk from each frame, as the future it holds;
 - `step<N>/<channel>`: the chunk the policy predicted there at training step N;
-- `action_error`: the mean absolute error of those chunks, on the `step` timeline.
+- `mean_abs_error`: the mean absolute difference of those chunks over their valid steps,
+  in the channels' own units (metres, radians, gripper), on the `step` timeline; not the
+  normalised `val_action_error`.
 
 Channels are named by the layout's groups (`left_position/x`, `left_gripper`, ...). Every
 file of a run shares one recording id, so opening them together (`rerun
@@ -29,25 +31,9 @@ import numpy as np
 
 from polymimic_data import EpisodeDataset
 from polymimic_data.episodes import RecordingFile, log_chunk, require_rerun
-from polymimic_data.geometry import Layout
 from polymimic_train.callbacks.trajectory_video import Frames, TrajectoryVideoCallback
 
 APPLICATION = "polymimic_train_validation"
-AXES = {"position": "xyz", "euler": ("roll", "pitch", "yaw"), "quaternion": ("w", "x", "y", "z")}
-
-
-def channel_names(layout: Layout) -> list[str]:
-    """`<group>` for a one-channel group, else `<group>/<axis or index>`."""
-    names: list[str] = []
-    for group in layout.groups:
-        axes = AXES.get(group.kind)
-        if group.width == 1:
-            names.append(group.name)
-        elif axes is not None and len(axes) == group.width:
-            names += [f"{group.name}/{axis}" for axis in axes]
-        else:
-            names += [f"{group.name}/{i}" for i in range(group.width)]
-    return names
 
 
 def chunk_spacing(dataset: EpisodeDataset) -> float:
@@ -98,7 +84,7 @@ class RerunPredictions(TrajectoryVideoCallback):
 
         The true chunk's steps past the episode's end are cut off.
         """
-        self.channels = (channel_names(dataset.layout), chunk_spacing(dataset))
+        self.channels = (dataset.layout.channel_names(), chunk_spacing(dataset))
         frames: Frames = []
         for chunk, batch, pred, true, display in self._predicted(
             dataset, indices, datamodule, module
@@ -128,7 +114,7 @@ class RerunPredictions(TrajectoryVideoCallback):
                 errors.append(float(np.abs(pred[: len(true)] - true).mean()))
             rec.reset_time()
             rec.set_time("step", sequence=step)
-            rec.log(f"{root}/action_error", rr.Scalars(float(np.mean(errors))))
+            rec.log(f"{root}/mean_abs_error", rr.Scalars(float(np.mean(errors))))
         except BaseException:
             out.abort()
             raise

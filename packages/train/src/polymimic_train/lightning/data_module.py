@@ -143,9 +143,10 @@ class EmbodimentDataModule(pl.LightningDataModule):
     def batch_sizes(self) -> dict[str, int]:
         """Each dataset's share of a step's `batch_size`, by its `weight` (at least one).
 
-        A dataset of weight 0 is held out of training: its statistics, its validation and
-        its embodiment's stems and head are kept (a checkpoint acts as it), but no step
-        samples it: its share is 0 and it has no training loader.
+        A dataset of weight 0 is held out of training: its statistics and its validation
+        stay, but no step samples it (its share is 0, it has no training loader), so its
+        own stems, readout and head stay as initialised; only what it shares with a trained
+        embodiment (model.shared_stems, model.shared_head) learns.
         """
         weights = {n: float(self.cfg["datasets"][n].get("weight", 1.0)) for n in self.train_sets}
         if any(w < 0 for w in weights.values()) or not any(weights.values()):
