@@ -11,7 +11,9 @@ one zstd-compressed shard per array; see polymimic_data.synthetic).
 
 Prints one JSON line per figure (DESIGN.md). `ms_per_sample` and
 `decode_floor_ms_per_sample` come from the same samples in the same run, as does
-`naive_zarr_ms_per_sample` (JPEGs read through zarr's array API, the common approach).
+`naive_zarr_ms_per_sample` (JPEGs read through zarr's array API, the common approach), and
+`threaded_over_floor`: a sample's cameras decoded on the threads a lone loader worker uses
+(polymimic_data.samples.decode_threads), against the same sequential floor.
 
 With `--episodes N`, N small eva episodes (20 frames, 3 x 128x160 cameras, about 0.4 MB
 each on disk) are generated once into the data root ($POLYMIMIC_DATA_ROOT, else
@@ -76,9 +78,18 @@ def floor_decode(jpeg: tuple[bytes, int], **kwargs: Any) -> np.ndarray:
 
 
 def per_sample_figures(
-    dataset: EpisodeDataset, samples: int, seed: int, layout: str, rounds: int = 3
+    dataset: EpisodeDataset,
+    threaded: EpisodeDataset,
+    samples: int,
+    seed: int,
+    layout: str,
+    rounds: int = 3,
 ) -> None:
     """Ours and the decode floor over the same samples, interleaved; best of `rounds` each.
+
+    `dataset` decodes a sample's cameras one after another (the floor's way); `threaded`
+    decodes them on the threads one loader worker would use here (decode_threads), the
+    figure that beats the sequential floor where cores are spare.
 
     Both run under the allocator settings of a loader worker (see dataloaders.py): without
     them, whether a freed 0.9 MB frame's pages are reused depends on glibc's heuristics,
@@ -96,11 +107,18 @@ def per_sample_figures(
         jpegs.append([floor_jpeg(reader.read_jpeg(c, frame), **kwargs) for c in dataset.cameras])
     for i in indices[:20]:  # warm: episode caches, as in a running worker
         dataset[i]
+        threaded[i]
 
     def ours() -> float:
         start = time.perf_counter()
         for i in indices:
             dataset[i]
+        return (time.perf_counter() - start) / len(indices) * 1e3
+
+    def on_threads() -> float:
+        start = time.perf_counter()
+        for i in indices:
+            threaded[i]
         return (time.perf_counter() - start) / len(indices) * 1e3
 
     def floor() -> float:
@@ -110,8 +128,8 @@ def per_sample_figures(
                 floor_decode(jpeg, **kwargs)
         return (time.perf_counter() - start) / len(indices) * 1e3
 
-    times = [(ours(), floor()) for _ in range(rounds)]
-    best_ours, best_floor = min(t[0] for t in times), min(t[1] for t in times)
+    times = [(ours(), floor(), on_threads()) for _ in range(rounds)]
+    best_ours, best_floor, best_threaded = (min(t[k] for t in times) for k in range(3))
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -140,6 +158,10 @@ def per_sample_figures(
     emit("decode_floor_ms_per_sample", best_floor, "ms", layout=layout)
     emit("ms_per_sample_over_floor", best_ours / best_floor, "ratio", layout=layout, goal="<= 1.25")
     emit("naive_zarr_ms_per_sample", naive, "ms", layout=layout)
+    emit("threaded_ms_per_sample", best_threaded, "ms", layout=layout,
+         threads=threaded.decoder.threads, cameras=len(threaded.cameras))  # fmt: skip
+    emit("threaded_over_floor", best_threaded / best_floor, "ratio", layout=layout,
+         threads=threaded.decoder.threads, goal="< 0.7 (3 cameras, cores to spare)")  # fmt: skip
 
 
 def episode_open_figures(dataset: EpisodeDataset, layout: str, count: int = 20) -> None:
@@ -201,7 +223,7 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int) -> None:
     )
 
 
-def root_dataset(root: Path) -> EpisodeDataset:
+def root_dataset(root: Path, **kwargs: Any) -> EpisodeDataset:
     """Every camera of the first embodiment found under `root`, 2 state steps, 16 actions."""
     episodes = resolve_episodes(root)
     embodiment = episodes[0].embodiment
@@ -209,7 +231,9 @@ def root_dataset(root: Path) -> EpisodeDataset:
     cameras = tuple(
         c for c in get_embodiment(embodiment).cameras if (episodes[0].path / f"images.{c}").exists()
     )
-    return EpisodeDataset(episodes, embodiment=embodiment, cameras=cameras, history=2, horizon=16)
+    return EpisodeDataset(
+        episodes, embodiment=embodiment, cameras=cameras, history=2, horizon=16, **kwargs
+    )
 
 
 def tiny_episodes(root: Path, count: int) -> Path:
@@ -472,7 +496,8 @@ def main() -> None:
         else:
             roots = {"given": args.root}
         for layout, root in roots.items():
-            per_sample_figures(root_dataset(root), args.samples or 300, seed=0, layout=layout)
+            sequential, threaded = root_dataset(root, decode_threads=1), root_dataset(root)
+            per_sample_figures(sequential, threaded, args.samples or 300, seed=0, layout=layout)
             episode_open_figures(root_dataset(root), layout)
         dataloader_figure(root_dataset(next(iter(roots.values()))), args.batches)
         if not args.skip_resolve:

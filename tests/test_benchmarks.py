@@ -35,6 +35,8 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
         "loader.py", "--root", str(root), "--skip-resolve", "--samples", "20", "--batches", "8"
     )
     assert figures["ms_per_sample"]["samples"] == 20
+    assert figures["threaded_over_floor"]["value"] > 0  # the cameras on threads, beside it
+    assert figures["threaded_ms_per_sample"]["cameras"] == 3
     assert figures["dataloader_samples_per_s"]["value"] > 0
     assert figures["dataloader_samples_per_s"]["batch_size"] == 32  # 60 samples: 1 batch an epoch
 

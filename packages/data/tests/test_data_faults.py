@@ -93,6 +93,31 @@ def test_a_corrupt_jpeg_is_replaced_from_another_episode(tmp_path: Path) -> None
     assert ds[4]["faults"] == []  # one bad frame does not condemn its neighbours
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_corrupt_jpeg_of_one_camera_is_named_however_the_cameras_are_decoded(
+    tmp_path: Path, threads: int
+) -> None:
+    """Three cameras decoded one after another or on three threads: the same samples, and
+    the same fault for a frame whose second camera does not decode."""
+    first, _ = _episodes(tmp_path, "eva_bimanual")
+    cameras = ("front_1", "left_wrist", "right_wrist")
+    clean = _dataset(tmp_path, cameras=cameras, decode_threads=1)
+    expected = [clean[i] for i in (0, 7, 25)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.open_array(first / "images.left_wrist", mode="r+")[3:4] = np.array(
+            [b"not a jpeg"], dtype=object
+        )
+    ds = _dataset(tmp_path, cameras=cameras, decode_threads=threads)
+    for index, want in zip((0, 7, 25), expected, strict=True):
+        got = ds[index]
+        for camera in cameras:
+            assert torch.equal(got[f"images.{camera}"], want[f"images.{camera}"]), camera
+    assert ds.decoder.threads == threads  # as asked
+    sample = ds[3]
+    assert [(f["key"], f["frame"]) for f in sample["faults"]] == [("images.left_wrist", 3)]
+
+
 def _truncate(shard: Path) -> None:
     shard.write_bytes(shard.read_bytes()[:100])
 

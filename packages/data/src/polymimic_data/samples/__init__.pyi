@@ -17,7 +17,9 @@ from .faults import SampleFault as SampleFault
 from .faults import read_fault as read_fault
 from .image_augmentation import ImageAugmentation as ImageAugmentation
 from .image_resize import resize_uint8 as resize_uint8
+from .jpeg_decode import CameraDecoder as CameraDecoder
 from .jpeg_decode import decode_jpeg as decode_jpeg
+from .jpeg_decode import decode_threads as decode_threads
 from .normalization import Normalizer as Normalizer
 from .normalization import NormStats as NormStats
 from .normalization import VectorStats as VectorStats

@@ -27,7 +27,7 @@ from polymimic_data.samples.faults import (
     SampleFault,
     read_fault,
 )
-from polymimic_data.samples.jpeg_decode import decode_jpeg
+from polymimic_data.samples.jpeg_decode import CameraDecoder, decode_jpeg
 from polymimic_data.samples.windows import WindowSampler, assemble, frames_of, prompt_at
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,8 @@ class EpisodeDataset(Dataset[Sample]):
     contiguous video episodes); otherwise every frame is a sample. Which samples exist and
     which frames each reads is the plan of its `sampler` (a WindowSampler); the dataset reads
     episodes (through a bounded cache), checks and assembles samples, and replaces bad ones.
+    `decode_threads`: threads decoding a sample's cameras (None: one per camera while the
+    loader's workers leave cores to spare, else one; see jpeg_decode.decode_threads).
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class EpisodeDataset(Dataset[Sample]):
         frames: Sequence[tuple[int, int]] | None = None,
         cache_episodes: int = 256,
         max_bad_fraction_per_episode: float = 0.2,
+        decode_threads: int | None = None,
     ) -> None:
         if history < 1 or horizon < 1 or action_stride < 1:
             raise ValueError(
@@ -81,6 +84,8 @@ class EpisodeDataset(Dataset[Sample]):
         self.recipe = self.spec.recipe(layout or self.spec.default_layout)
         self.layout: Layout = self.spec.layout(self.recipe.layout)
         self.cameras = tuple(cameras)
+        # a sample's cameras decoded on threads where the cores allow (jpeg_decode)
+        self.decoder = CameraDecoder(len(self.cameras), decode_threads)
         self.image_size = (
             (int(image_size[0]), int(image_size[1])) if image_size is not None else None
         )
@@ -205,13 +210,19 @@ class EpisodeDataset(Dataset[Sample]):
             "episode": self.episodes[episode].hash,
             "frame": frame,
         }
+        jpegs = []
         for camera in self.cameras:
             try:
-                jpeg = loaded.reader.read_jpeg(camera, frame)
-                sample[f"images.{camera}"] = decode_jpeg(jpeg, self.image_size)
+                jpegs.append(loaded.reader.read_jpeg(camera, frame))
             except Exception as exc:
                 hash_ = self.episodes[episode].hash
                 raise read_fault(hash_, f"images.{camera}", frame, exc) from exc
+        images = self.decoder(jpegs, self.image_size, decode_jpeg)
+        for camera, image in zip(self.cameras, images, strict=True):
+            if isinstance(image, Exception):
+                hash_ = self.episodes[episode].hash
+                raise read_fault(hash_, f"images.{camera}", frame, image) from image
+            sample[f"images.{camera}"] = image
         return sample
 
     def __getitem__(self, index: int) -> Sample:

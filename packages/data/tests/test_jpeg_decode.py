@@ -1,0 +1,71 @@
+"""A sample's cameras decoded on threads only where the cores allow, and the same either way."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+import simplejpeg
+import torch
+
+from polymimic_data.samples import CameraDecoder, decode_jpeg, decode_threads
+
+
+@pytest.mark.parametrize(
+    ("cameras", "cores", "workers", "threads"),
+    [
+        (3, 2, 2, 1),  # every core has its worker: off
+        (3, 2, 1, 2),  # one worker on two cores: two threads for three cameras
+        (3, 16, 2, 3),  # one a camera
+        (1, 16, 1, 1),  # one camera: nothing to share
+        (2, 3, 4, 1),  # more workers than cores
+    ],
+)
+def test_decode_threads_by_cameras_cores_and_workers(
+    cameras: int, cores: int, workers: int, threads: int
+) -> None:
+    assert decode_threads(cameras, cores, workers) == threads
+
+
+def _jpegs(count: int) -> list[bytes]:
+    rng = np.random.default_rng(0)
+    return [
+        simplejpeg.encode_jpeg(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8), quality=90)
+        for _ in range(count)
+    ]
+
+
+def test_threads_decode_as_one_does_and_report_a_bad_jpeg_in_its_place() -> None:
+    jpegs = _jpegs(3)
+    jpegs[1] = b"not a jpeg"
+    threaded, serial = CameraDecoder(3, threads=3), CameraDecoder(3, threads=1)
+    many, one = threaded(jpegs, (24, 32)), serial(jpegs, (24, 32))
+    assert threaded.threads == 3 and serial.threads == 1
+    assert isinstance(many[1], Exception) and isinstance(one[1], Exception)
+    for i in (0, 2):
+        image, alone = many[i], one[i]
+        assert isinstance(image, torch.Tensor) and isinstance(alone, torch.Tensor)
+        assert torch.equal(image, alone) and torch.equal(image, decode_jpeg(jpegs[i], (24, 32)))
+    with pytest.raises(ValueError, match="decode_threads: 1 or more"):
+        CameraDecoder(3, threads=0)
+
+
+def test_the_thread_pool_is_never_pickled_and_made_again_after_a_fork() -> None:
+    decoder = CameraDecoder(3, threads=2)
+    decoder(_jpegs(2), None)
+    assert decoder._pool is not None
+    copy = pickle.loads(pickle.dumps(decoder))  # as a loader worker gets it under spawn
+    assert copy._pool is None and copy.threads == 0
+    assert len(copy(_jpegs(2), None)) == 2 and copy.threads == 2
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a forked worker: its own pool, not the parent's dead threads
+        image = decoder(_jpegs(3), None)[2]
+        ok = isinstance(image, torch.Tensor) and image.shape == (3, 48, 64)
+        ok = ok and decoder._pid == os.getpid()
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
