@@ -12,8 +12,9 @@ one zstd-compressed shard per array; see polymimic_data.synthetic).
 Prints one JSON line per figure (DESIGN.md). `ms_per_sample` and
 `decode_floor_ms_per_sample` come from the same samples in the same run, as does
 `naive_zarr_ms_per_sample` (JPEGs read through zarr's array API, the common approach), and
-`threaded_over_floor`: a sample's cameras decoded on the threads a lone loader worker uses
-(polymimic_data.samples.decode_threads), against the same sequential floor.
+`threaded_over_floor`: a sample's cameras decoded on threads, as a process that loads its
+own samples (no loader workers) decodes them (polymimic_data.samples.decode_threads: up to
+every core), against the same sequential floor.
 
 With `--episodes N`, N small eva episodes (20 frames, 3 x 128x160 cameras, about 0.4 MB
 each on disk) are generated once into the data root ($POLYMIMIC_DATA_ROOT, else
@@ -88,7 +89,7 @@ def per_sample_figures(
     """Ours and the decode floor over the same samples, interleaved; best of `rounds` each.
 
     `dataset` decodes a sample's cameras one after another (the floor's way); `threaded`
-    decodes them on the threads one loader worker would use here (decode_threads), the
+    decodes them on threads as a process without loader workers does (decode_threads), the
     figure that beats the sequential floor where cores are spare.
 
     Both run under the allocator settings of a loader worker (see dataloaders.py): without

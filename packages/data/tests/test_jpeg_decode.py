@@ -17,8 +17,10 @@ from polymimic_data.samples import CameraDecoder, decode_jpeg, decode_threads
     ("cameras", "cores", "workers", "threads"),
     [
         (3, 2, 2, 1),  # every core has its worker: off
-        (3, 2, 1, 2),  # one worker on two cores: two threads for three cameras
-        (3, 16, 2, 3),  # one a camera
+        (3, 2, 1, 1),  # one worker, and training on the other core: off
+        (3, 2, 0, 2),  # no workers: the training process decodes, on both cores
+        (3, 8, 2, 3),  # five cores spare, two each: one a camera (three)
+        (3, 6, 2, 2),  # three spare: one more each
         (1, 16, 1, 1),  # one camera: nothing to share
         (2, 3, 4, 1),  # more workers than cores
     ],

@@ -45,8 +45,9 @@ class EpisodeDataset(Dataset[Sample]):
     contiguous video episodes); otherwise every frame is a sample. Which samples exist and
     which frames each reads is the plan of its `sampler` (a WindowSampler); the dataset reads
     episodes (through a bounded cache), checks and assembles samples, and replaces bad ones.
-    `decode_threads`: threads decoding a sample's cameras (None: one per camera while the
-    loader's workers leave cores to spare, else one; see jpeg_decode.decode_threads).
+    `decode_threads`: threads decoding a sample's cameras (None: by the cores the loader's
+    workers and the training process leave spare, up to one a camera; see
+    jpeg_decode.decode_threads).
     """
 
     def __init__(

@@ -73,12 +73,15 @@ def decode_jpeg(data: bytes, size: tuple[int, int] | None = None) -> torch.Tenso
 
 
 def decode_threads(cameras: int, cores: int, workers: int) -> int:
-    """Threads to decode one sample's `cameras` with, in one of `workers` processes.
+    """Threads to decode one sample's `cameras` with, in one of a loader's `workers`.
 
-    One per camera while the processes leave cores to spare (`cores // workers` each);
-    one (off) for one camera, or where every core already has its worker.
+    The training process keeps a core; each worker has its own, and the cores left over are
+    shared out among the workers as threads, up to one a camera. One thread (off) for one
+    camera, or where the workers and the training process already take every core.
+    `workers` 0: the process that trains decodes too (no loader workers): every core.
     """
-    return max(1, min(cameras, cores // max(1, workers)))
+    share = cores if workers == 0 else 1 + max(0, cores - 1 - workers) // workers
+    return max(1, min(cameras, share))
 
 
 def _cores() -> int:
@@ -89,11 +92,11 @@ def _cores() -> int:
 
 
 def _loader_workers() -> int:
-    """The DataLoader workers this process is one of (1 outside one)."""
+    """The DataLoader workers this process is one of (0 outside one)."""
     from torch.utils.data import get_worker_info
 
     info = get_worker_info()
-    return info.num_workers if info is not None else 1
+    return info.num_workers if info is not None else 0
 
 
 class CameraDecoder:
