@@ -47,7 +47,7 @@ import zarr
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from torch.utils.data import DataLoader
 
-from polymimic_data import EpisodeDataset, EpisodeReader, resolve_episodes
+from polymimic_data import EpisodeDataset, EpisodeReader, collate_samples, resolve_episodes
 from polymimic_data.embodiments import get_embodiment
 from polymimic_data.samples import ShuffledOrder, make_dataloader, tune_worker_allocator
 from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
@@ -204,24 +204,94 @@ def endless(loader: DataLoader) -> Iterator[Any]:
         yield from loader
 
 
-def dataloader_figure(dataset: EpisodeDataset, batches: int) -> None:
-    batch_size = min(32, len(dataset))
-    loader = make_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=2)
+class OneSample(torch.utils.data.Dataset):
+    """Every index the same sample, decoded beforehand: a loader over it spends its time only
+    on collation, the batches' trip between processes and the main process's side."""
+
+    def __init__(self, sample: dict[str, Any], length: int) -> None:
+        self.sample, self.length = sample, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return dict(self.sample)
+
+
+def loader_rate(dataset: Any, batches: int, batch_size: int, workers: int) -> tuple[float, float]:
+    """Samples/s of make_dataloader over `dataset` after 3 warm batches, and the seconds to
+    its first batch (the workers' start)."""
+    start = time.perf_counter()
+    loader = make_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
     it = endless(loader)
-    for _ in range(3):
+    next(it)
+    first = time.perf_counter() - start
+    for _ in range(2):
         next(it)
     start = time.perf_counter()
     for _ in range(batches):
         next(it)
     rate = batches * batch_size / (time.perf_counter() - start)
-    emit(
-        "dataloader_samples_per_s",
-        rate,
-        "samples/s",
-        workers=2,
-        batch_size=batch_size,
-        goal=">= 400",
-    )
+    del it, loader
+    return rate, first
+
+
+def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -> None:
+    """The DataLoader against the machine's limit (cores / the decode floor), and where the
+    difference goes, all from one run over the same root:
+
+    - `worker_ms_per_sample`: what a worker does per sample (read, check, decode, assemble:
+      `dataset[i]` in this process, cameras decoded one after another as a worker on busy
+      cores does), and `collate_ms_per_batch`;
+    - `work_limit_samples_per_s`: cores / (worker_ms_per_sample + collation per sample): the
+      rate if the workers did nothing else and nothing else ran;
+    - `transport_samples_per_s`: the same loader over one decoded sample repeated (OneSample):
+      what collation, the trip between processes and the main process's side allow alone;
+    - `first_batch_s`: from making the loader to its first batch (the workers' start).
+    """
+    cores = len(os.sched_getaffinity(0))
+    batch_size = min(32, len(dataset))
+    rng = np.random.default_rng(1)
+    indices = rng.choice(len(dataset), size=min(64, len(dataset)), replace=False).tolist()
+    sequential = EpisodeDataset(
+        dataset.episodes, embodiment=dataset.spec.name, cameras=dataset.cameras,
+        image_size=dataset.image_size, history=dataset.history, horizon=dataset.horizon,
+        decode_threads=1,
+    )  # fmt: skip
+    jpegs = []
+    for i in indices:
+        episode, frame = sequential.locate(i)
+        reader = EpisodeReader(sequential.episodes[episode].path)
+        jpegs.append([floor_jpeg(reader.read_jpeg(c, frame)) for c in sequential.cameras])
+    samples = [sequential[i] for i in indices]  # warm, and what collation stacks
+    best = {"worker": np.inf, "floor": np.inf, "collate": np.inf}
+    for _ in range(3):
+        start = time.perf_counter()
+        for i in indices:
+            sequential[i]
+        best["worker"] = min(best["worker"], (time.perf_counter() - start) / len(indices))
+        start = time.perf_counter()
+        for frame_jpegs in jpegs:
+            for jpeg in frame_jpegs:
+                floor_decode(jpeg)
+        best["floor"] = min(best["floor"], (time.perf_counter() - start) / len(indices))
+        start = time.perf_counter()
+        collate_samples(samples[:batch_size])
+        best["collate"] = min(best["collate"], time.perf_counter() - start)
+    rate, first = loader_rate(dataset, batches, batch_size, workers)
+    transport, _ = loader_rate(OneSample(samples[0], len(dataset)), batches, batch_size, workers)
+    limit = cores / best["floor"]
+    where = {"workers": workers, "batch_size": batch_size, "cores": cores}
+    emit("dataloader_samples_per_s", rate, "samples/s", **where, goal=">= 0.8 x limit")
+    emit("limit_samples_per_s", limit, "samples/s", cores=cores,
+         floor_ms_per_sample=round(best["floor"] * 1e3, 3))  # fmt: skip
+    emit("dataloader_over_limit", rate / limit, "ratio", **where, goal=">= 0.8")
+    emit("worker_ms_per_sample", best["worker"] * 1e3, "ms", cameras=len(dataset.cameras))
+    emit("collate_ms_per_batch", best["collate"] * 1e3, "ms", batch_size=batch_size)
+    work = best["worker"] + best["collate"] / batch_size
+    emit("work_limit_samples_per_s", cores / work, "samples/s", cores=cores)
+    emit("transport_samples_per_s", transport, "samples/s", **where)
+    emit("first_batch_s", first, "s", **where)
 
 
 def root_dataset(root: Path, **kwargs: Any) -> EpisodeDataset:

@@ -39,6 +39,10 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
     assert figures["threaded_ms_per_sample"]["cameras"] == 3
     assert figures["dataloader_samples_per_s"]["value"] > 0
     assert figures["dataloader_samples_per_s"]["batch_size"] == 32  # 60 samples: 1 batch an epoch
+    # where a DataLoader's time goes, beside it
+    for metric in ("dataloader_over_limit", "work_limit_samples_per_s", "transport_samples_per_s",
+                   "worker_ms_per_sample", "collate_ms_per_batch", "first_batch_s"):  # fmt: skip
+        assert figures[metric]["value"] > 0, metric
 
 
 def test_remote_loader_benchmark_prints_its_ratio() -> None:
