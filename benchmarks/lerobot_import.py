@@ -74,9 +74,9 @@ def main() -> None:
         emit("import_frames_per_s", frames / best_import, "frames/s", **shape)
         emit("import_floor_frames_per_s", frames / best_floor, "frames/s", **shape)
         emit("import_over_floor", best_import / best_floor, "ratio", goal="<= 1.5")
-        per_sample_figures(
-            root_dataset(tmp / "episodes-0"), args.samples, seed=0, layout="lerobot_converted"
-        )
+        root = tmp / "episodes-0"
+        per_sample_figures(root_dataset(root, decode_threads=1), root_dataset(root),
+                           args.samples, seed=0, layout="lerobot_converted")  # fmt: skip
 
 
 if __name__ == "__main__":
