@@ -97,26 +97,27 @@ def test_named_splits_come_from_filters_and_must_be_disjoint(root: Path, tmp_pat
     assert len(dm.val_sets["eva_bimanual"]) == 2 * 12  # auto: every frame of so few episodes
 
 
-def test_cotraining_weights_hold_over_an_epoch(root: Path, tmp_path: Path) -> None:
-    aria = ensure_synthetic_episodes(
-        tmp_path / "aria",
-        "aria_bimanual",
-        episodes=4,
-        frames=12,
-        height=32,
-        width=40,
+def _cotrained(root: Path, tmp_path: Path, eva: float, aria: float) -> EmbodimentDataModule:
+    """A prepared data module of eva (`root`) and generated aria episodes, by these weights."""
+    aria_root = ensure_synthetic_episodes(
+        tmp_path / "aria", "aria_bimanual", episodes=4, frames=12, height=32, width=40,
         progress=False,
-    )
+    )  # fmt: skip
     cfg = _cfg(
-        roots=[str(root), str(aria)],
+        roots=[str(root), str(aria_root)],
         batch_size=8,
         datasets={
-            "eva_bimanual": {"embodiment": "eva_bimanual", "cameras": ["front_1"], "weight": 3.0},
-            "aria_bimanual": {"embodiment": "aria_bimanual", "cameras": ["front_1"], "weight": 1.0},
+            name: {"embodiment": name, "cameras": ["front_1"], "weight": weight}
+            for name, weight in (("eva_bimanual", eva), ("aria_bimanual", aria))
         },
     )
     dm = EmbodimentDataModule(cfg, data_root=str(tmp_path), cache_dir=str(tmp_path))
     dm.prepare()
+    return dm
+
+
+def test_cotraining_weights_hold_over_an_epoch(root: Path, tmp_path: Path) -> None:
+    dm = _cotrained(root, tmp_path, 3.0, 1.0)
     assert dm.batch_sizes() == {"eva_bimanual": 6, "aria_bimanual": 2}
     counts = {"eva_bimanual": 0, "aria_bimanual": 0}
     steps = 0
@@ -136,21 +137,8 @@ def test_cotraining_weights_hold_over_an_epoch(root: Path, tmp_path: Path) -> No
 def test_a_dataset_of_weight_zero_is_validated_and_normalised_but_never_trained_on(
     root: Path, tmp_path: Path
 ) -> None:
-    """weight: 0 holds an embodiment out of training (zero-shot transfer to it)."""
-    aria = ensure_synthetic_episodes(
-        tmp_path / "aria", "aria_bimanual", episodes=4, frames=12, height=32, width=40,
-        progress=False,
-    )  # fmt: skip
-    cfg = _cfg(
-        roots=[str(root), str(aria)],
-        batch_size=8,
-        datasets={
-            "eva_bimanual": {"embodiment": "eva_bimanual", "cameras": ["front_1"], "weight": 0},
-            "aria_bimanual": {"embodiment": "aria_bimanual", "cameras": ["front_1"], "weight": 1.0},
-        },
-    )
-    dm = EmbodimentDataModule(cfg, data_root=str(tmp_path), cache_dir=str(tmp_path))
-    dm.prepare()
+    """weight: 0 holds an embodiment out of training (validated on, never trained on)."""
+    dm = _cotrained(root, tmp_path, 0, 1.0)
     assert dm.batch_sizes() == {"eva_bimanual": 0, "aria_bimanual": 8}
     seen = {name for batch, _, _ in iter(dm.train_dataloader()) for name in batch}
     assert seen == {"aria_bimanual"}
