@@ -67,11 +67,15 @@ def train_and_evaluate(
     episodes: int,
     workers: int,
     overrides: list[str],
+    runs: Path | None = None,
 ) -> dict[str, Any]:
     """A training run named `cell` on `roots` (data config `data`, `overrides` after it),
     then `episodes` closed-loop episodes of `task` from seed EVAL_SEED on (per task, for a
-    suite): the evaluation's figures, the wall times and both command lines."""
-    runs = work / "runs" / cell
+    suite): the evaluation's figures, the wall times and both command lines.
+
+    The run's folder is `runs` (default `work/runs/<cell>`): a run another cell also
+    evaluates is trained once."""
+    runs = runs or work / "runs" / cell
     train = [
         sys.executable, "-m", "polymimic_train", f"name={cell}", f"data={data}",
         f"data.roots=[{','.join(map(str, roots))}]", f"trainer.max_steps={steps}",

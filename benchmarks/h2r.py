@@ -25,7 +25,12 @@ on the robot in closed loop over `--eval-episodes` held-out seeds (1000 on):
 - `pretrain`: a policy trained on the hands alone (once) gives its trunk and image stem to a
   policy fine-tuned on the N robot demonstrations (`model.pretrained`, by hash);
 - `shuffled` (a control): as cotrain, but each hands episode's motions come from another
-  hands episode (same images, wrong motions); a gain that survives this is not transfer.
+  hands episode (same images, wrong motions); a gain that survives this is not transfer;
+- `hands` (the N = 0 control, cell `hands_n0`, once; `aloha_ego_masked/<task>` only): the
+  policy trained on the hands alone (pretrain's run, trained once for both) drives the
+  masked robot in the hands' own layout (`aloha_as_hands/<task>`: the robot's grippers
+  observed as hands, the opening commanded from the predicted fingertips' distance), so
+  nothing untrained stands between what it learnt and the robot.
 
 Each cell prints one JSON line: its success rate with the 95% Wilson interval (standard and
 strict, within 300 and 400 steps, steps to success beside the expert's), the seeds,
@@ -72,6 +77,10 @@ ROBOTS = {
     "aloha_ego_masked": ("sim_aloha_ee_transfer_cube", "aloha_ee", "front_1"),  # arms masked
     "aloha": ("sim_aloha_transfer_cube", "aloha", "top"),
 }
+# the policy trained on the hands alone: pretrain's start and the N = 0 control, one run
+HANDS_ALONE, HANDS_DATA = "hands_pretrain", "sim_hands_transfer_cube"
+HANDS_OVERRIDES = ["+model.shared_stems.front_1=image"]  # the stem the robot's camera shares
+ARMS = ("robot", "cotrain", "pretrain", "shuffled", "hands")
 NUMERIC = ("left.obs_wrist_pose", "left.obs_keypoints", "right.obs_wrist_pose",
            "right.obs_keypoints", "obs_head_pose")  # fmt: skip
 
@@ -161,13 +170,13 @@ def pretrained_model(work: Path, camera: str, opts: argparse.Namespace) -> list[
     from polymimic_policies import pretrained_parts
     from polymimic_serve import load_policy
 
-    runs = work / "runs" / "hands_pretrain"
+    runs = work / "runs" / HANDS_ALONE
     checkpoint = runs / "checkpoints" / "last.ckpt"
     train = [
-        sys.executable, "-m", "polymimic_train", "name=hands_pretrain",
-        "data=sim_hands_transfer_cube", f"data.roots=[{work / 'hands'}]",
+        sys.executable, "-m", "polymimic_train", f"name={HANDS_ALONE}",
+        f"data={HANDS_DATA}", f"data.roots=[{work / 'hands'}]",
         f"trainer.max_steps={opts.steps}", "trainer.enable_progress_bar=false",
-        f"hydra.run.dir={runs}", "+model.shared_stems.front_1=image", *opts.train_args,
+        f"hydra.run.dir={runs}", *HANDS_OVERRIDES, *opts.train_args,
     ]  # fmt: skip
     log = work / "hands_pretrain.train.log"
     seconds = 0.0 if finished_run(runs, opts.steps) else run_logged(train, log)
@@ -218,10 +227,9 @@ def main() -> None:
         print_coverage(opts.task, counts[0], opts.coverage)
         return
     arms = opts.arms.split(",")
-    unknown = set(arms) - {"robot", "cotrain", "pretrain", "shuffled"}
+    unknown = set(arms) - set(ARMS)
     if unknown:
-        parser.error(f"--arms: {sorted(unknown)} are not arms; choose robot, cotrain, pretrain, "
-                     "shuffled")  # fmt: skip
+        parser.error(f"--arms: {sorted(unknown)} are not arms; choose {', '.join(ARMS)}")
     if opts.tag and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", opts.tag):
         parser.error(f"--tag: letters, digits, _ and - (it names a run folder), got {opts.tag!r}")
     work = opts.workdir.resolve()
@@ -232,6 +240,10 @@ def main() -> None:
                      f"viewpoint), aloha_ego_masked/<task> (that, its arms masked as the "
                      f"hands') or aloha/<task> (its joints), got {opts.task}")  # fmt: skip
     data, dataset, camera = ROBOTS[family]
+    if "hands" in arms and family != "aloha_ego_masked":
+        parser.error(f"--arms hands: the hands-trained policy drives the masked robot in "
+                     f"the hands' layout; use --task aloha_ego_masked/{name}, not "
+                     f"{opts.task}")  # fmt: skip
     # the robot's recordings, runs and rollouts per task; the hands' are shared
     robot_work = work / opts.task.replace("/", "_")
 
@@ -241,7 +253,7 @@ def main() -> None:
          written=len(report.written), kept=len(report.kept),
          expert_success=report.success_rate)  # fmt: skip
     hands = work / "hands"
-    if {"cotrain", "pretrain", "shuffled"} & set(arms):
+    if {"cotrain", "pretrain", "shuffled", "hands"} & set(arms):
         start = time.perf_counter()
         report = record(f"hands/{name}", hands, episodes=opts.hands_demos, seed=HANDS_SEED)
         emit("hands_record_s", time.perf_counter() - start, "s", episodes=opts.hands_demos,
@@ -264,19 +276,25 @@ def main() -> None:
             "pretrain": ([robot], data, alone + pretrained),
             "shuffled": ([robot, shuffled_hands(hands, work / "hands_shuffled")]
                          if "shuffled" in arms else [], "sim_cotrain_transfer_cube", shared),
+            "hands": ([hands], HANDS_DATA, HANDS_OVERRIDES),
         }  # fmt: skip
         for arm in arms:
+            if arm == "hands" and n != counts[0]:
+                continue  # N = 0: one cell
             roots, data_config, extra = cells[arm]
-            cell = f"{arm}_n{n}" + (f"_{opts.tag}" if opts.tag else "")
+            trained = 0 if arm == "hands" else n  # robot demonstrations trained on
+            cell = f"{arm}_n{trained}" + (f"_{opts.tag}" if opts.tag else "")
             result = train_and_evaluate(
-                cell, roots, data_config, robot_work, task=opts.task, steps=opts.steps,
+                cell, roots, data_config, robot_work, steps=opts.steps,
+                task=f"aloha_as_hands/{name}" if arm == "hands" else opts.task,
+                runs=work / "runs" / HANDS_ALONE if arm == "hands" else None,
                 episodes=opts.eval_episodes, workers=opts.workers,
                 overrides=[*extra, *opts.train_args],
             )  # fmt: skip
             outcomes = json.loads((robot_work / "eval" / cell / "summary.json").read_text())
-            coverage = by_demo_distance(opts.task, n, outcomes["outcomes"])
+            coverage = by_demo_distance(opts.task, n, outcomes["outcomes"]) if trained else None
             line = emit("success_rate", result["successes"] / result["episodes"], "fraction",
-                        cell=cell, task=opts.task, arm=arm, robot_demos=n,
+                        cell=cell, task=opts.task, arm=arm, robot_demos=trained,
                         hands_demos=0 if arm == "robot" else opts.hands_demos, steps=opts.steps,
                         **result, success_by_demo_distance=coverage)  # fmt: skip
             if opts.results:

@@ -114,3 +114,39 @@ def test_a_robot_cotrained_with_hands_trains_and_acts_as_the_robot(
     rollouts = evaluate_checkpoint(checkpoint, task, settings)
     (outcome,) = rollouts["outcomes"]
     assert outcome["steps"] == 6 and outcome["error"] is None, outcome  # no simulator gave up
+
+
+def test_a_policy_trained_on_hands_alone_acts_on_the_robot_in_the_hands_layout(
+    tmp_path: Path, compose_train
+):
+    """h2r's N = 0 control end to end: trained on hands/transfer_cube only, the policy drives
+    aloha_as_hands/transfer_cube (the masked robot, observed and commanded as hands)."""
+    from polymimic_sim import RolloutSettings, evaluate_checkpoint
+
+    report = record("hands/transfer_cube", tmp_path / "hands", episodes=2, image_size=(48, 64),
+                    progress=False)  # fmt: skip
+    assert report.success_rate == 1.0
+    cfg = compose_train(
+        tmp_path,
+        "name=hands_alone",
+        "data=sim_hands_transfer_cube",
+        f"data.roots=[{tmp_path / 'hands'}]",
+        "data.image_size=[48,64]",
+        "data.horizon=8",
+        "data.num_workers=0",
+        "data.batch_size=4",
+        "data.norm.num_samples=20",
+        "data.video_episodes=0",
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=2",
+        "trainer.enable_progress_bar=false",
+        "model.d_model=32",
+        "model.num_heads=2",
+    )
+    assert polymimic_train.run(cfg)["steps"] == 2
+    checkpoint = Path(cfg.paths.run_dir) / "checkpoints" / "last.ckpt"
+    settings = RolloutSettings(episodes=1, max_steps=6, workers=1, videos=0, progress=False)
+    rollouts = evaluate_checkpoint(checkpoint, "aloha_as_hands/transfer_cube", settings)
+    (outcome,) = rollouts["outcomes"]
+    assert outcome["steps"] == 6 and outcome["error"] is None, outcome
+    assert rollouts["task"] == "aloha_as_hands/transfer_cube"

@@ -252,3 +252,63 @@ def test_a_hand_out_of_view_is_not_detected() -> None:
         assert (task._tracked(behind, keypoints[0]) == NOT_DETECTED).all()  # type: ignore[attr-defined]
     finally:
         task.close()
+
+
+def test_the_robot_in_the_hands_layout_is_read_as_hands_episodes_are(recorded) -> None:
+    """aloha_as_hands' vector of world poses is the loader's state of a hands episode (and its
+    action the next frame's): a policy trained on hands sees the robot in its own form."""
+    from polymimic_sim.aloha_as_hands import hands_vector
+
+    (episode,) = resolve_episodes(recorded["hands"])
+    reader = EpisodeReader(episode.path)
+    heads = np.asarray(reader.read_numeric("obs_head_pose"), np.float64)
+    wrists = np.stack([reader.read_numeric(f"{s}.obs_wrist_pose") for s in ("left", "right")], 1)
+    points = np.stack([reader.read_numeric(f"{s}.obs_keypoints") for s in ("left", "right")], 1)
+    seen = (wrists[:, :, 0] < 1e8).all(1)
+    dataset = EpisodeDataset([episode], embodiment="sim/hands", cameras=("front_1",), history=1,
+                             horizon=2, image_size=SIZE)  # fmt: skip
+    index = next(
+        i
+        for i in range(len(dataset))
+        if seen[dataset.locate(i)[1] : dataset.locate(i)[1] + 3].all()
+    )
+    frame = dataset.locate(index)[1]
+    sample = dataset[index]
+    now = hands_vector(heads[frame], wrists[frame], points[frame].reshape(2, 3, 3))
+    later = hands_vector(heads[frame], wrists[frame + 1], points[frame + 1].reshape(2, 3, 3))
+    assert np.allclose(np.asarray(sample["state"])[0], now, atol=1e-4)
+    assert np.allclose(np.asarray(sample["actions"])[0], later, atol=1e-4)
+
+
+def test_the_robot_expert_succeeds_through_the_hands_layout() -> None:
+    """The robot's scripted expert, turned into the hands' actions (the opening as fingertips)
+    and back, does the task: the mapping loses nothing a policy would need."""
+    from polymimic_sim.aloha_as_hands import GRASP, HAND_WIDTH
+
+    task = make_task("aloha_as_hands/transfer_cube", image_size=SIZE)
+    try:
+        assert task.embodiment == "sim/hands" == task_embodiment("aloha_as_hands/transfer_cube")
+        observation = task.reset(1000)
+        assert observation["state"].shape == (2 * HAND_WIDTH,)
+        assert task.cameras == ["front_1"]
+        fingertips = task.fingertips[0]  # type: ignore[attr-defined]
+        for opening in (GRASP + 0.01, 0.8, 1.0):  # the gripper's geometry inverted, a grasp closes
+            assert fingertips.opening(fingertips.keypoints(opening)) == pytest.approx(opening)
+        assert fingertips.opening(fingertips.keypoints(GRASP - 0.1)) == 0.0
+        success = strict = False
+        for _ in range(task.max_steps):
+            step = task.step(task.expert_action())
+            success, strict = success or step.success, strict or step.strict_success
+            if strict or step.done:
+                break
+        assert success and strict, (task.steps, success, strict)
+        assert task.steps < task.max_steps == 240  # the robot's 400 ticks at the hands' 30 Hz
+    finally:
+        task.close()
+
+
+def test_the_robot_in_the_hands_layout_records_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"records nothing: record hands/transfer_cube"):
+        record("aloha_as_hands/transfer_cube", tmp_path / "x", episodes=1, image_size=SIZE,
+               progress=False)  # fmt: skip
+    assert not (tmp_path / "x").exists()

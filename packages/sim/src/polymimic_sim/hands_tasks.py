@@ -29,6 +29,7 @@ seeing from this viewpoint).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -234,7 +235,7 @@ class HandsTask(AlohaScene):
         self._plan = None
         self._reset_scene(seed)
         self._rng = np.random.default_rng([int(seed), 2])  # apart from the objects' draw
-        self._head = HeadMotion(self._rng)
+        self._head = self._head_motion()
         self._head_pose = self._head.next_pose()
         self._command = self.mocap_commands()
         return self._observation()
@@ -256,12 +257,20 @@ class HandsTask(AlohaScene):
         self._head_pose = self._head.next_pose()
         return self._ticked(reward)
 
+    def _head_motion(self) -> HeadMotion:
+        """The head's motion this episode (drawn from the episode's generator)."""
+        return HeadMotion(self._rng)
+
+    def _time_warp(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        """The person's timing this episode (None: the robot expert's)."""
+        return time_warp(self.task, self._rng)
+
     def expert_action(self) -> np.ndarray:
         """Where the expert's (re-timed) hands are at the next frame, in the world."""
         assert self.seed is not None, "reset the task first"
         if self._plan is None:
-            warp = time_warp(self.task, self._rng)
-            ticks = int(np.ceil(warp(np.array([float(MAX_STEPS)]))[0]))
+            warp = self._time_warp()
+            ticks = int(np.ceil(warp(np.array([float(MAX_STEPS)]))[0])) if warp else MAX_STEPS
             self._plan = mocap_plan(self.task, self.env.physics, self._poses[0], ticks, warp)
         left, right = self._plan
         tick = min(round((self.steps + 1) * TICKS_PER_FRAME), len(left) - 1)

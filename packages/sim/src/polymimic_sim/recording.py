@@ -131,6 +131,7 @@ def record(
     for name in suite_tasks(task_name):
         task = make_task(name, image_size=image_size, cameras=cameras)
         try:
+            task.declaration()  # a task that records nothing says so before any episode
             for index in tqdm(range(episodes), desc=f"record {task.name}", disable=not progress):
                 episode_seed = seed + index
                 path = _episode_path(dest, task, episode_seed)
