@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -31,25 +32,44 @@ def test_decode_threads_by_cameras_cores_and_workers(
     assert decode_threads(cameras, cores, workers) == threads
 
 
-def _jpegs(count: int) -> list[bytes]:
+def _jpegs(count: int, size: tuple[int, int] = (48, 64)) -> list[bytes]:
     rng = np.random.default_rng(0)
     return [
-        simplejpeg.encode_jpeg(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8), quality=90)
+        simplejpeg.encode_jpeg(rng.integers(0, 255, (*size, 3), dtype=np.uint8), quality=90)
         for _ in range(count)
     ]
 
 
+def _decoded_on(decoder: CameraDecoder, jpegs: list[bytes]) -> set[int]:
+    """The threads `decoder` decoded `jpegs` on."""
+    seen = set()
+
+    def decode(data: bytes, size: tuple[int, int] | None) -> torch.Tensor:
+        seen.add(threading.get_ident())
+        return decode_jpeg(data, size)
+
+    decoder(jpegs, None, decode)
+    return seen
+
+
+def test_only_frames_large_enough_to_gain_are_decoded_on_threads() -> None:
+    decoder = CameraDecoder(3, threads=3)
+    here = {threading.get_ident()}
+    assert _decoded_on(decoder, _jpegs(3, (128, 160))) == here  # a hand-off costs more
+    assert _decoded_on(decoder, _jpegs(3, (240, 320))).isdisjoint(here)
+
+
 def test_threads_decode_as_one_does_and_report_a_bad_jpeg_in_its_place() -> None:
-    jpegs = _jpegs(3)
+    jpegs = _jpegs(3, (240, 320))  # large enough to go to the threads
     jpegs[1] = b"not a jpeg"
     threaded, serial = CameraDecoder(3, threads=3), CameraDecoder(3, threads=1)
-    many, one = threaded(jpegs, (24, 32)), serial(jpegs, (24, 32))
+    many, one = threaded(jpegs, (120, 160)), serial(jpegs, (120, 160))
     assert threaded.threads == 3 and serial.threads == 1
     assert isinstance(many[1], Exception) and isinstance(one[1], Exception)
     for i in (0, 2):
         image, alone = many[i], one[i]
         assert isinstance(image, torch.Tensor) and isinstance(alone, torch.Tensor)
-        assert torch.equal(image, alone) and torch.equal(image, decode_jpeg(jpegs[i], (24, 32)))
+        assert torch.equal(image, alone) and torch.equal(image, decode_jpeg(jpegs[i], (120, 160)))
     with pytest.raises(ValueError, match="decode_threads: 1 or more"):
         CameraDecoder(3, threads=0)
 

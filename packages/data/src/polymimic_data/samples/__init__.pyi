@@ -17,6 +17,7 @@ from .faults import SampleFault as SampleFault
 from .faults import read_fault as read_fault
 from .image_augmentation import ImageAugmentation as ImageAugmentation
 from .image_resize import resize_uint8 as resize_uint8
+from .jpeg_decode import MIN_THREADED_PIXELS as MIN_THREADED_PIXELS
 from .jpeg_decode import CameraDecoder as CameraDecoder
 from .jpeg_decode import decode_jpeg as decode_jpeg
 from .jpeg_decode import decode_threads as decode_threads
@@ -26,6 +27,8 @@ from .normalization import VectorStats as VectorStats
 from .normalization import compute_norm_stats as compute_norm_stats
 from .normalization import load_or_compute_norm_stats as load_or_compute_norm_stats
 from .normalization import norm_stats_key as norm_stats_key
+from .numeric_pack import NumericPack as NumericPack
+from .numeric_pack import PackedEpisode as PackedEpisode
 from .sample_index import EpisodeIndex as EpisodeIndex
 from .windows import WindowSampler as WindowSampler
 from .windows import assemble as assemble

@@ -9,6 +9,7 @@ reported in the sample's `faults`; an episode with too many faults is dropped.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ from polymimic_data.samples.faults import (
     read_fault,
 )
 from polymimic_data.samples.jpeg_decode import CameraDecoder, decode_jpeg
+from polymimic_data.samples.numeric_pack import NumericPack
 from polymimic_data.samples.windows import WindowSampler, assemble, frames_of, prompt_at
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,7 @@ class EpisodeDataset(Dataset[Sample]):
         frame = self.recipe.frame
         frame_keys = {frame} if frame and ":" not in frame else set()
         keys = sorted(set(self.recipe.state.keys) | set(self.recipe.actions.keys) | frame_keys)
+        self._keys = keys
         self._cache = EpisodeCache(self.episodes, keys, self._camera_reference, cache_episodes)
         self._faults = EpisodeFaults(
             [e.hash for e in self.episodes],
@@ -117,6 +120,19 @@ class EpisodeDataset(Dataset[Sample]):
 
     def __len__(self) -> int:
         return len(self.sampler)
+
+    def use_numeric_pack(
+        self, cache_dir: str | os.PathLike[str], *, progress: bool = True
+    ) -> NumericPack | None:
+        """Take episodes' numeric arrays from a pack under `cache_dir` (built once if missing).
+
+        An open then reads no array files where the disk still holds what was packed, and
+        reads them as before where it does not (numeric_pack). Call it before the loader's
+        workers start; None (and a warning) where the episodes cannot share a pack.
+        """
+        pack = NumericPack.load_or_build(cache_dir, self.episodes, self._keys, progress=progress)
+        self._cache.pack = pack
+        return pack
 
     @property
     def episodes_opened(self) -> int:

@@ -1,4 +1,8 @@
-"""Per loader worker: episodes opened once, their numeric arrays read whole and checked."""
+"""Per loader worker: episodes opened once, their numeric arrays read whole and checked.
+
+With a numeric pack (numeric_pack), an open takes the arrays, bad frames and annotations
+from it where the disk still holds what was packed, and reads them otherwise.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_data.episodes.bad_values import frame_faults
 from polymimic_data.episodes.resolver import EpisodeInfo
 from polymimic_data.samples.faults import DataFault, SampleFault
+from polymimic_data.samples.numeric_pack import BadFrames, NumericPack, read_key
 from polymimic_data.store.episode_store import EpisodeReader
 
 
@@ -22,7 +26,7 @@ class LoadedEpisode:
     reader: EpisodeReader
     arrays: dict[str, np.ndarray]
     annotations: list[dict[str, Any]]
-    bad: dict[str, tuple[np.ndarray, list[str]]]  # key -> (bad per frame, reason per frame)
+    bad: BadFrames  # key -> (bad per frame, reason per frame)
     fixed_reference: np.ndarray | None  # a layout frame that does not move (camera extrinsics)
     # Built by the dataset on first use: per vector ("state", "actions"), its rows at every
     # frame a window can read, where assembling a vector only copies rows (windows.copies_rows).
@@ -45,6 +49,8 @@ class EpisodeCache:
         self._capacity = capacity
         self._entries: OrderedDict[int, LoadedEpisode] = OrderedDict()
         self.opened = 0  # episodes opened (read and checked) so far, re-openings included
+        self.pack: NumericPack | None = None  # set by EpisodeDataset.use_numeric_pack
+        self.from_pack = 0  # of the opens, those the pack served
 
     def get(self, episode: int) -> LoadedEpisode:
         entry = self._entries.get(episode)
@@ -56,18 +62,18 @@ class EpisodeCache:
         key = "*"
         try:
             reader = EpisodeReader(info.path)
-            arrays, bad = {}, {}
-            for key in self._keys:
-                arrays[key] = reader.read_numeric(key)
-                if len(arrays[key]) < reader.total_frames:
-                    raise ValueError(
-                        f"{len(arrays[key])} frames, total_frames is {reader.total_frames}"
-                    )
-                mask, reasons = frame_faults(key, arrays[key])
-                if mask.any():
-                    bad[key] = (mask, reasons)
-            key = "annotations"
-            annotations = reader.read_annotations()
+            packed = self.pack.get(episode, reader) if self.pack is not None else None
+            if packed is not None:
+                self.from_pack += 1
+                arrays, bad, annotations = packed.arrays, packed.bad, packed.annotations
+            else:
+                arrays, bad = {}, {}
+                for key in self._keys:  # one at a time: a fault names its key
+                    arrays[key], faults = read_key(reader, key)
+                    if faults is not None:
+                        bad[key] = faults
+                key = "annotations"
+                annotations = reader.read_annotations()
             key = "camera_extrinsics"
             reference = self._fixed_reference(info)
             entry = LoadedEpisode(reader, arrays, annotations, bad, reference)

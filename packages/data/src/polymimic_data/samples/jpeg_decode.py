@@ -2,7 +2,10 @@
 
 A sample's cameras are decoded on threads where that is faster (CameraDecoder):
 libjpeg-turbo releases the GIL, so a worker with cores to spare decodes three cameras in
-about the time of two, or one.
+about the time of two, or one. Small frames are not: a 128x160 JPEG decodes in about 50 us,
+what handing it to a thread and back costs, and three of them took 2.2x as long on threads
+as in turn (benchmarks/loader.py --episodes; 2 cores, busy), so frames under
+MIN_THREADED_PIXELS decode in turn whatever the cores.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import simplejpeg
 import torch
 
 from polymimic_data.samples.image_resize import resize_uint8
+
+MIN_THREADED_PIXELS = 240 * 320  # a smaller frame decodes faster than a thread hand-off
 
 
 def _off_boundary(nbytes: int) -> np.ndarray:
@@ -102,6 +107,8 @@ def _loader_workers() -> int:
 class CameraDecoder:
     """A sample's JPEGs decoded to (3, H, W) uint8, on threads where that is faster.
 
+    On threads: with more than one (below) and frames of MIN_THREADED_PIXELS or more.
+
     `threads` None: decode_threads(cameras, this process's cores, its loader's workers),
     decided in the process that decodes (a loader worker knows how many it is one of).
     The thread pool belongs to that process: it is neither pickled nor inherited by a fork.
@@ -142,6 +149,15 @@ class CameraDecoder:
                 return exc
 
         pool = self._executor()
-        if pool is None or len(jpegs) < 2:
+        if pool is None or len(jpegs) < 2 or _pixels(jpegs[0]) < MIN_THREADED_PIXELS:
             return [one(data) for data in jpegs]
         return list(pool.map(one, jpegs))
+
+
+def _pixels(data: bytes) -> int:
+    """A JPEG's stored height x width, from its header (0 when it has none)."""
+    try:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    except Exception:  # a bad JPEG: its decode reports it
+        return 0
+    return int(height) * int(width)

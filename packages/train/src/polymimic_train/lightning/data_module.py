@@ -100,6 +100,9 @@ class EmbodimentDataModule(pl.LightningDataModule):
             self.val_episodes[name] = val
             frames = subsample_frames(val, self.cfg["val_frames_per_episode"])
             self.val_sets[name] = self._dataset(name, val, frames=frames)
+            if self.cfg.get("numeric_pack", True):  # opens read no array files (polymimic-data)
+                for dataset in (self.train_sets[name], self.val_sets[name]):
+                    dataset.use_numeric_pack(self.cache_dir / "numeric_pack")
             norm = self.cfg["norm"]
             stats[name], path = load_or_compute_norm_stats(
                 self.train_sets[name],

@@ -1,0 +1,125 @@
+"""A numeric pack serves what the disk holds, and never an episode that changed after it."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from polymimic_data import EpisodeDataset, resolve_episodes
+from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.synthetic.episodes import generate_episode
+
+
+def _episodes(root: Path, embodiment: str, count: int = 2, seed: int = 0) -> list[Path]:
+    spec = get_embodiment(embodiment)
+    return [
+        generate_episode(root / f"ep{i}.zarr", spec, frames=20, height=32, width=40, seed=seed + i)
+        for i in range(count)
+    ]
+
+
+def _set(path: Path, key: str, frame: int, value: object) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        arr = zarr.open_array(path / key, mode="r+")
+        arr[frame : frame + 1] = value
+
+
+def _dataset(root: Path | list, embodiment: str, pack: Path | None = None) -> EpisodeDataset:
+    episodes = resolve_episodes(root) if isinstance(root, Path) else root
+    dataset = EpisodeDataset(episodes, embodiment=embodiment, image_size=(16, 20), horizon=4)
+    if pack is not None:
+        assert dataset.use_numeric_pack(pack, progress=False) is not None
+    return dataset
+
+
+def _numbers(dataset: EpisodeDataset) -> list[tuple]:
+    """Every sample's numbers, prompt and faults (what a pack could change)."""
+    out = []
+    for index in range(len(dataset)):
+        sample = dataset[index]
+        out.append((sample["episode"], sample["frame"], sample["state"].numpy().tolist(),
+                    sample["actions"].numpy().tolist(), sample["prompt"],
+                    [(f["key"], f["frame"], f["reason"]) for f in sample["faults"]]))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("embodiment", ["eva_bimanual", "aria_bimanual"])
+def test_a_packed_dataset_gives_every_sample_as_the_disk_does(
+    tmp_path: Path, embodiment: str
+) -> None:
+    """Arrays, bad frames (replaced and reported the same way) and prompts, from the pack."""
+    first, _ = _episodes(tmp_path / "data", embodiment)
+    key = "left.gripper" if embodiment == "eva_bimanual" else "left.obs_keypoints"
+    _set(first, key, 12, np.nan)
+    packed = _dataset(tmp_path / "data", embodiment, pack=tmp_path / "cache")
+    expected = _numbers(_dataset(tmp_path / "data", embodiment))
+    assert _numbers(packed) == expected
+    assert packed.episodes_opened == packed._cache.from_pack == 2  # no array file read
+    assert any(faults and faults[0][:2] == (key, 12) for *_, faults in expected)
+    assert any(prompt for *_, prompt, _ in expected)  # annotations come through
+
+
+def _replace_with_another(path: Path, frames: int = 20) -> None:
+    """The episode written again elsewhere with other values and renamed into its place."""
+    spec = get_embodiment("eva_bimanual")
+    other = generate_episode(path.parent.parent / "other.zarr", spec, frames=frames, height=32,
+                             width=40, seed=99)  # fmt: skip
+    shutil.rmtree(path)
+    other.rename(path)
+
+
+CHANGES = {
+    "a value rewritten in place": lambda path: _set(path, "right.cmd_ee_pose", 3, 0.25),
+    "the episode replaced": _replace_with_another,
+    "the episode replaced by a shorter one": lambda path: _replace_with_another(path, 15),
+    "a key removed": lambda path: shutil.rmtree(path / "right.gripper"),
+    "the annotations removed": lambda path: shutil.rmtree(path / "annotations"),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_an_episode_changed_after_packing_is_read_fresh(tmp_path: Path, change: str) -> None:
+    """Every sample is what the disk holds now: the changed episode read, the other packed."""
+    first, _ = _episodes(tmp_path / "data", "eva_bimanual")
+    episodes = resolve_episodes(tmp_path / "data")  # as a run's cached index has them
+    _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache")  # packs both
+    CHANGES[change](first)
+    packed = _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache")
+    assert _numbers(packed) == _numbers(_dataset(episodes, "eva_bimanual"))
+    assert packed._cache.from_pack == 1  # the unchanged episode only
+    assert len(list((tmp_path / "cache").iterdir())) == 1  # the same pack, not a second one
+
+
+def test_an_unreadable_episode_is_left_out_and_refused_at_its_open(tmp_path: Path) -> None:
+    first, second = _episodes(tmp_path / "data", "eva_bimanual")
+    episodes = resolve_episodes(tmp_path / "data")
+    shutil.rmtree(first / "right.gripper")  # after the index: the pack meets it first
+    dataset = _dataset(episodes, "eva_bimanual")
+    pack = dataset.use_numeric_pack(tmp_path / "cache", progress=False)
+    assert pack is not None and len(pack) == 1
+    sample = dataset[0]  # episode 0's: replaced from the other, its fault named
+    assert sample["episode"] == second.name.removesuffix(".zarr")
+    assert "right.gripper" in sample["faults"][0]["reason"]
+
+
+def test_a_pack_pickles_by_its_folder(tmp_path: Path) -> None:
+    """A spawned loader worker maps the pack again rather than receiving its arrays."""
+    _episodes(tmp_path / "data", "eva_bimanual")
+    dataset = _dataset(tmp_path / "data", "eva_bimanual", pack=tmp_path / "cache")
+    pack = dataset._cache.pack
+    assert pack is not None
+    blob = pickle.dumps(pack)
+    assert len(blob) < 2_000
+    again = pickle.loads(blob)
+    reader = dataset._cache.get(1).reader
+    served, original = again.get(1, reader), pack.get(1, reader)
+    assert served is not None and original is not None
+    for key, values in original.arrays.items():
+        assert np.array_equal(served.arrays[key], values)
