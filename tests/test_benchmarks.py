@@ -45,6 +45,18 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
         assert figures[metric]["value"] > 0, metric
 
 
+def test_loader_benchmark_at_scale_prints_opens_from_the_pack_and_from_disk(tmp_path) -> None:
+    args = ["--episodes", "40", "--data-root", str(tmp_path), "--samples", "100", "--batches", "2"]
+    lines = _lines("loader.py", *args)
+    figures = {line["metric"]: line for line in lines}
+    opens = [line["source"] for line in lines if line["metric"] == "episode_open_ms"]
+    assert sorted(opens) == ["disk", "numeric pack"]
+    assert figures["pack_over_disk_open"]["value"] > 0
+    assert figures["numeric_pack_build_s"]["episodes"] == 40
+    for metric in ("ms_per_sample_over_floor", "unpacked_ms_per_sample_over_floor"):
+        assert figures[metric]["value"] > 0, metric
+
+
 def test_remote_loader_benchmark_prints_its_ratio() -> None:
     tiny = ["--episodes", "2", "--frames", "20", "--height", "32", "--width", "40"]
     figures = _figures("remote_loader.py", *tiny, "--rounds", "1")
