@@ -163,6 +163,11 @@ def print_coverage(task: str, demos: int, summaries: list[Path]) -> None:
              robot_demos=demos, bins=by_demo_distance(task, demos, outcomes))  # fmt: skip
 
 
+def hands_alone_runs(work: Path, tag: str) -> Path:
+    """The run folder of the policy trained on the hands alone (per --tag, like every cell)."""
+    return work / "runs" / (HANDS_ALONE + (f"_{tag}" if tag else ""))
+
+
 def pretrained_model(work: Path, camera: str, opts: argparse.Namespace) -> list[str]:
     """Train on the hands alone (once); the overrides that start a robot run from its trunk
     and image stem, the robot's `camera` read by that stem (a model config written under
@@ -170,18 +175,18 @@ def pretrained_model(work: Path, camera: str, opts: argparse.Namespace) -> list[
     from polymimic_policies import pretrained_parts
     from polymimic_serve import load_policy
 
-    runs = work / "runs" / HANDS_ALONE
+    runs = hands_alone_runs(work, opts.tag)
     checkpoint = runs / "checkpoints" / "last.ckpt"
     train = [
-        sys.executable, "-m", "polymimic_train", f"name={HANDS_ALONE}",
+        sys.executable, "-m", "polymimic_train", f"name={runs.name}",
         f"data={HANDS_DATA}", f"data.roots=[{work / 'hands'}]",
         f"trainer.max_steps={opts.steps}", "trainer.enable_progress_bar=false",
         f"hydra.run.dir={runs}", *HANDS_OVERRIDES, *opts.train_args,
     ]  # fmt: skip
-    log = work / "hands_pretrain.train.log"
+    log = work / f"{runs.name}.train.log"
     seconds = 0.0 if finished_run(runs, opts.steps) else run_logged(train, log)
     emit("hands_pretrain_s", seconds, "s", steps=opts.steps, command=" ".join(train))
-    parts_dir = work / "hands_pretrain_parts"
+    parts_dir = work / f"{runs.name}_parts"
     parts_dir.mkdir(exist_ok=True)
     saved = load_policy(checkpoint).policy.save_pretrained(parts_dir)  # type: ignore[attr-defined]
     parts = pretrained_parts(saved, ["trunk", "stems.image"])
@@ -287,14 +292,16 @@ def main() -> None:
             result = train_and_evaluate(
                 cell, roots, data_config, robot_work, steps=opts.steps,
                 task=f"aloha_as_hands/{name}" if arm == "hands" else opts.task,
-                runs=work / "runs" / HANDS_ALONE if arm == "hands" else None,
+                runs=hands_alone_runs(work, opts.tag) if arm == "hands" else None,
                 episodes=opts.eval_episodes, workers=opts.workers,
                 overrides=[*extra, *opts.train_args],
             )  # fmt: skip
             outcomes = json.loads((robot_work / "eval" / cell / "summary.json").read_text())
             coverage = by_demo_distance(opts.task, n, outcomes["outcomes"]) if trained else None
+            # aloha_as_hands counts 30 Hz frames: 180 and 240 are ticks 300 and 400
+            unit = {"step_unit": "30 Hz frames"} if arm == "hands" else {}
             line = emit("success_rate", result["successes"] / result["episodes"], "fraction",
-                        cell=cell, task=opts.task, arm=arm, robot_demos=trained,
+                        cell=cell, task=opts.task, arm=arm, robot_demos=trained, **unit,
                         hands_demos=0 if arm == "robot" else opts.hands_demos, steps=opts.steps,
                         **result, success_by_demo_distance=coverage)  # fmt: skip
             if opts.results:

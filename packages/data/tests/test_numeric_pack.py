@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 import warnings
@@ -75,12 +76,26 @@ def _replace_with_another(path: Path, frames: int = 20) -> None:
     other.rename(path)
 
 
+def _rewrite_keeping_mtime(path: Path) -> None:
+    """Another episode's chunk of the same size copied over this one's, its mtime restored
+    (as `cp -p` or `rsync -t` leave it): only the change time tells."""
+    chunk = next(p for p in (path / "right.cmd_ee_pose").rglob("*") if p.is_file()
+                 and p.name != "zarr.json")  # fmt: skip
+    other = path.parent / "ep1.zarr" / chunk.relative_to(path)
+    stat = chunk.stat()
+    assert other.stat().st_size == stat.st_size and other.read_bytes() != chunk.read_bytes()
+    with chunk.open("r+b") as out:  # in place: the same inode
+        out.write(other.read_bytes())
+    os.utime(chunk, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
 CHANGES = {
     "a value rewritten in place": lambda path: _set(path, "right.cmd_ee_pose", 3, 0.25),
     "the episode replaced": _replace_with_another,
     "the episode replaced by a shorter one": lambda path: _replace_with_another(path, 15),
     "a key removed": lambda path: shutil.rmtree(path / "right.gripper"),
     "the annotations removed": lambda path: shutil.rmtree(path / "annotations"),
+    "a chunk rewritten in place, its mtime restored": _rewrite_keeping_mtime,
 }
 
 
@@ -95,6 +110,18 @@ def test_an_episode_changed_after_packing_is_read_fresh(tmp_path: Path, change: 
     assert _numbers(packed) == _numbers(_dataset(episodes, "eva_bimanual"))
     assert packed._cache.from_pack == 1  # the unchanged episode only
     assert len(list((tmp_path / "cache").iterdir())) == 1  # the same pack, not a second one
+
+
+def test_annotations_added_after_packing_are_read(tmp_path: Path) -> None:
+    first, second = _episodes(tmp_path / "data", "eva_bimanual")
+    shutil.rmtree(first / "annotations")
+    episodes = resolve_episodes(tmp_path / "data")
+    _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache")  # packed without them
+    shutil.copytree(second / "annotations", first / "annotations")
+    packed = _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache")
+    expected = _numbers(_dataset(episodes, "eva_bimanual"))
+    assert _numbers(packed) == expected
+    assert all(prompt for *_, prompt, _ in expected[:20])  # episode 0's prompts, read fresh
 
 
 def test_an_unreadable_episode_is_left_out_and_refused_at_its_open(tmp_path: Path) -> None:

@@ -292,7 +292,7 @@ def test_the_robot_expert_succeeds_through_the_hands_layout() -> None:
         assert observation["state"].shape == (2 * HAND_WIDTH,)
         assert task.cameras == ["front_1"]
         fingertips = task.fingertips[0]  # type: ignore[attr-defined]
-        for opening in (GRASP + 0.01, 0.8, 1.0):  # the gripper's geometry inverted, a grasp closes
+        for opening in (GRASP + 0.01, 0.9, 1.0):  # the gripper's geometry inverted, a grasp closes
             assert fingertips.opening(fingertips.keypoints(opening)) == pytest.approx(opening)
         assert fingertips.opening(fingertips.keypoints(GRASP - 0.1)) == 0.0
         success = strict = False
@@ -312,3 +312,38 @@ def test_the_robot_in_the_hands_layout_records_nothing(tmp_path: Path) -> None:
         record("aloha_as_hands/transfer_cube", tmp_path / "x", episodes=1, image_size=SIZE,
                progress=False)  # fmt: skip
     assert not (tmp_path / "x").exists()
+
+
+def test_a_persons_recorded_motions_replayed_through_the_hands_layout_grip_the_cube(
+    recorded,
+) -> None:
+    """The hands episode's own observed wrists and fingertips (noise and all), replayed as the
+    robot's actions frame by frame: the gripper goes where the hand went (through its weld's
+    offset) and a hand shown holding the cube closes the gripper on it, lifting it."""
+    from polymimic_sim.aloha_as_hands import hands_vector
+
+    (episode,) = resolve_episodes(recorded["hands"])
+    reader = EpisodeReader(episode.path)
+    wrists = np.stack([reader.read_numeric(f"{s}.obs_wrist_pose") for s in ("left", "right")], 1)
+    points = np.stack([reader.read_numeric(f"{s}.obs_keypoints") for s in ("left", "right")], 1)
+    task = make_task("aloha_as_hands/transfer_cube", image_size=SIZE)
+    try:
+        task.reset(int(reader.attrs["seed"]))
+        head = task._head_pose  # type: ignore[attr-defined]  # the robot's still head
+        fingertips = task.fingertips  # type: ignore[attr-defined]
+        action, best, gripped = None, 0.0, False
+        for frame in range(1, len(wrists)):
+            if (np.abs(wrists[frame, :, 0]) < 1e8).all():  # a hand out of view: hold the last
+                action = hands_vector(head, wrists[frame], points[frame].reshape(2, 3, 3))
+            if action is None:
+                continue
+            step = task.step(action)
+            best = max(best, step.reward)
+            hands = action.reshape(2, -1)
+            closed = [fingertips[i].opening(hands[i, 9:]) == 0.0 for i in range(2)]
+            gripped = gripped or (step.reward >= 2 and closed[1])  # lifted, the right closed
+            if step.done:
+                break
+        assert best >= 2 and gripped, (best, gripped)  # 2: the cube lifted off the table
+    finally:
+        task.close()

@@ -12,11 +12,14 @@ readout, a stem, a head's gripper channel) stands between it and the robot:
   `sim/hands` episodes: position and rot6d in the head camera's frame, keypoints in the
   wrist's frame. The head holds still where `aloha_ego`'s camera is.
 - action (the same 36 channels: the hands at the next frame): each gripper's mocap target is
-  the predicted wrist pose, within the robot's workspace and step limits (aloha_ee_tasks');
+  where it holds the gripper at the predicted wrist pose (the weld between them holds the
+  target 13.5 cm ahead of the wrist, along the fingers: a target at the wrist's pose would
+  hold it 13.5 cm short), within the robot's workspace and step limits (aloha_ee_tasks');
   its opening comes from the predicted fingertips' distance, the gripper's own geometry
-  inverted (`Fingertips`): a distance under half the gripper's travel is a grasp and closes
-  it fully (a hand holding a cube shows the cube's width, and a position-controlled gripper
-  commanded to that width would not squeeze).
+  inverted (`Fingertips`): an opening under GRASP (0.8 of the gripper's travel) is a grasp
+  and closes it fully. A hand holding the cube shows the cube's width (openings 0.5 to 0.75
+  in the recorded hands episodes; open, 0.9 and more), and a position-controlled gripper
+  commanded to that width would not squeeze it.
 - the hands' timing: 30 frames a second, each one or two ticks of the 50 Hz physics; an
   episode runs the robot's 400 ticks (240 frames), and gym-aloha's 300 (180 frames) is the
   registered limit. The scripted expert is the robot's, at that rate.
@@ -31,15 +34,22 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_data.geometry import convert, express_in, points_in_frame
-from polymimic_sim.aloha_ee_tasks import MAX_STEP, WORKSPACE
+from polymimic_data.geometry import (
+    convert,
+    express_in,
+    invert,
+    matrix_to_pose,
+    points_in_frame,
+    pose_to_matrix,
+)
+from polymimic_sim.aloha_ee_tasks import MAX_STEP, limited
 from polymimic_sim.aloha_tasks import MAX_STEPS, REGISTERED_STEPS, _gym_aloha, head_pose
 from polymimic_sim.camera_frames import camera_to_world
 from polymimic_sim.hands_tasks import SIDES, TICKS_PER_FRAME, HandsTask, HeadMotion
 from polymimic_sim.task_types import Step, observation_of
 
 HAND_WIDTH = 3 + 6 + 9  # per hand in the hands' layout: position, rot6d, 3 keypoints
-GRASP = 0.5  # an opening under this (of the gripper's travel) is a grasp: closed fully
+GRASP = 0.8  # an opening under this (of the gripper's travel) is a grasp: closed fully
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,21 @@ def hands_vector(head: np.ndarray, wrists: np.ndarray, keypoints: np.ndarray) ->
     return np.concatenate(parts).astype(np.float32)
 
 
+def weld_offsets(model: Any) -> np.ndarray:
+    """(2, 4, 4) per gripper (left, right): its mocap target in its own frame, at rest.
+
+    The inverse of the relative pose its weld holds (MuJoCo's `relpose`: the gripper in the
+    target's frame).
+    """
+    offsets = np.zeros((len(SIDES), 4, 4))
+    for i, side in enumerate(SIDES):
+        (weld,) = [
+            e for e in range(model.neq) if model.body(model.eq_obj1id[e]).name == f"mocap_{side}"
+        ]
+        offsets[i] = invert(pose_to_matrix(model.eq_data[weld][3:10]))
+    return offsets
+
+
 class StillHead(HeadMotion):
     """The robot's head camera: where `aloha_ego`'s is, and still."""
 
@@ -115,6 +140,7 @@ class AlohaAsHandsTask(HandsTask):
             constants.PUPPET_GRIPPER_POSITION_OPEN - constants.PUPPET_GRIPPER_POSITION_CLOSE
         )
         self.fingertips: list[Fingertips] = []
+        self.offsets = weld_offsets(self.model)
 
     def declaration(self) -> dict[str, Any]:
         """Nothing: this task records no episodes (ValueError naming the ones that do)."""
@@ -155,7 +181,8 @@ class AlohaAsHandsTask(HandsTask):
         target = np.zeros(16)
         for i, hand in enumerate(hands):
             pose = np.concatenate([hand[:3], convert(hand[3:9], "rot6d", "quaternion")])
-            target[8 * i : 8 * i + 7] = camera_to_world(self._head_pose, pose)
+            wrist = pose_to_matrix(camera_to_world(self._head_pose, pose))
+            target[8 * i : 8 * i + 7] = matrix_to_pose(wrist @ self.offsets[i])
             target[8 * i + 7] = self.fingertips[i].opening(hand[9:])
         return target
 
@@ -163,27 +190,22 @@ class AlohaAsHandsTask(HandsTask):
         """A (16,) world target as the (36,) hands' action: `world_target`'s inverse."""
         parts = []
         for i in range(len(SIDES)):
-            pose = express_in(self._head_pose, target[8 * i : 8 * i + 7])
+            wrist = pose_to_matrix(target[8 * i : 8 * i + 7]) @ invert(self.offsets[i])
+            pose = express_in(self._head_pose, matrix_to_pose(wrist))
             parts += [pose[:3], convert(pose[3:7], "quaternion", "rot6d"),
                       self.fingertips[i].keypoints(float(target[8 * i + 7]))]  # fmt: skip
         return np.concatenate(parts).astype(np.float32)
 
-    def _limited(self, target: np.ndarray) -> np.ndarray:
-        """Each position within WORKSPACE and a frame's MAX_STEPs of the last target."""
-        target = target.copy()
-        for hand in (0, 8):
-            last = self._command[hand : hand + 3]
-            move = target[hand : hand + 3] - last
-            length = float(np.linalg.norm(move))
-            if length > MAX_STEP * TICKS_PER_FRAME:
-                move *= MAX_STEP * TICKS_PER_FRAME / length
-            target[hand : hand + 3] = np.clip(last + move, *WORKSPACE)
-        return target
-
     def step(self, action: np.ndarray) -> Step:
-        """Move the grippers to the hands' action (36,) by the next frame."""
+        """Move the grippers to the hands' action (36,) by the next frame.
+
+        Each position within the workspace and MAX_STEP a tick of the last target, over the
+        frame's one or two ticks (aloha_ee's limits).
+        """
         assert self.seed is not None, "reset the task first"
-        return super().step(self._limited(self.world_target(action)))
+        ticks = round((self.steps + 1) * TICKS_PER_FRAME) - round(self.steps * TICKS_PER_FRAME)
+        target = limited(self.world_target(action), self._command, MAX_STEP * ticks)
+        return super().step(target)
 
     def expert_action(self) -> np.ndarray:
         """The robot expert's target at the next frame, as the hands' action (36,)."""

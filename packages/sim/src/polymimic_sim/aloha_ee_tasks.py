@@ -63,6 +63,21 @@ WORKSPACE = (np.array([-0.6, 0.0, 0.0]), np.array([0.6, 1.0, 0.6]))  # metres, w
 MAX_STEP = 0.03  # metres per tick
 
 
+def limited(command: np.ndarray, last: np.ndarray, max_step: float) -> np.ndarray:
+    """A (16,) world command, each gripper's position kept near its last one.
+
+    Within WORKSPACE and `max_step` metres of its position in `last` (the previous command).
+    """
+    command = command.copy()
+    for hand in (0, 8):
+        move = command[hand : hand + 3] - last[hand : hand + 3]
+        length = float(np.linalg.norm(move))
+        if length > max_step:
+            move *= max_step / length
+        command[hand : hand + 3] = np.clip(last[hand : hand + 3] + move, *WORKSPACE)
+    return command
+
+
 def arm_vector(poses: np.ndarray, grippers: np.ndarray) -> np.ndarray:
     """(2, 7) poses and (2,) openings -> the (20,) vector: per arm xyz, rot6d, opening."""
     rot6d = convert(poses[:, 3:7], "quaternion", "rot6d")
@@ -180,16 +195,8 @@ class AlohaEndEffectorTask(AlohaScene):
 
     def _limited(self, command: np.ndarray) -> np.ndarray:
         """`command` with each position within WORKSPACE and MAX_STEP of the last target."""
-        command = command.copy()
-        for hand in (0, 8):
-            last = self._last[hand : hand + 3]
-            move = command[hand : hand + 3] - last
-            length = float(np.linalg.norm(move))
-            if length > MAX_STEP:
-                move *= MAX_STEP / length
-            command[hand : hand + 3] = np.clip(last + move, *WORKSPACE)
-        self._last = command
-        return command
+        self._last = limited(command, self._last, MAX_STEP)
+        return self._last
 
     def to_action(self, command: np.ndarray) -> np.ndarray:
         """A (16,) world command (the expert's) as the task's (20,) camera-frame action."""

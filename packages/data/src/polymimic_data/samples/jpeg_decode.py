@@ -107,7 +107,7 @@ def _loader_workers() -> int:
 class CameraDecoder:
     """A sample's JPEGs decoded to (3, H, W) uint8, on threads where that is faster.
 
-    On threads: with more than one (below) and frames of MIN_THREADED_PIXELS or more.
+    On threads: with more than one (below) and a frame of MIN_THREADED_PIXELS or more.
 
     `threads` None: decode_threads(cameras, this process's cores, its loader's workers),
     decided in the process that decodes (a loader worker knows how many it is one of).
@@ -149,7 +149,7 @@ class CameraDecoder:
                 return exc
 
         pool = self._executor()
-        if pool is None or len(jpegs) < 2 or _pixels(jpegs[0]) < MIN_THREADED_PIXELS:
+        if pool is None or len(jpegs) < 2 or max(map(_pixels, jpegs)) < MIN_THREADED_PIXELS:
             return [one(data) for data in jpegs]
         return list(pool.map(one, jpegs))
 

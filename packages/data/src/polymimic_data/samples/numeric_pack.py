@@ -9,9 +9,11 @@ workers through the page cache), with each episode's bad frames and annotations 
 `index.json`. `EpisodeDataset.use_numeric_pack(cache_dir)` loads the pack its episodes and
 keys name, or builds it (atomically: a folder written beside and renamed into place).
 
-Never stale: each packed episode records the identity (inode, size, modification time) of
-everything its read depended on: each key's and the annotations' folders, recursively, every
-file and folder in them. An open compares them with the disk; an episode whose files changed,
+Never stale: each packed episode records the identity (inode, size, modification and change
+times) of everything its read depended on: the episode's folder (an entry added or removed
+changes it), each key's and the annotations' folders, recursively, every file and folder in
+them. The change time is the kernel's: a copy that restores the modification time (`cp -p`,
+`rsync -t`) still changes it. An open compares them with the disk; an episode whose files changed,
 moved or vanished, whose folder gained a chunk, or whose `total_frames` changed is read from
 disk as without a pack (and its faults found as they would be). An episode that could not be
 read when the pack was built is not in it: it is read (and refused) at its open.
@@ -60,7 +62,7 @@ def read_key(
 
 def _identity(path: str) -> list[int]:
     stat = os.stat(path)
-    return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
+    return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
 
 
 def depends_on(episode: Path, keys: Sequence[str]) -> list[str]:
@@ -68,7 +70,7 @@ def depends_on(episode: Path, keys: Sequence[str]) -> list[str]:
 
     Every file and folder under their folders, in walk order.
     """
-    names = []
+    names = ["."]  # the episode's folder: a key or the annotations added or removed
     for key in [*keys, ANNOTATIONS]:
         top = episode / key
         if not top.is_dir():
@@ -80,7 +82,7 @@ def depends_on(episode: Path, keys: Sequence[str]) -> list[str]:
 
 
 def identities(episode: Path, names: Sequence[str]) -> list[list[int]] | None:
-    """Each name's identity now (inode, size, mtime); None when one has vanished."""
+    """Each name's identity now (inode, size, mtime, ctime); None when one has vanished."""
     try:
         return [_identity(os.path.join(episode, name)) for name in names]
     except OSError:
@@ -114,8 +116,17 @@ class NumericPack:
         self.directory = Path(directory)
         self._paths = [Path(p) for p in paths]
         index = json.loads((self.directory / "index.json").read_text())
-        if index.get("format") != PACK_FORMAT or len(index["episodes"]) != len(self._paths):
-            raise ValueError(f"{self.directory}: not a numeric pack of these episodes")
+        if index.get("format") != PACK_FORMAT:
+            raise ValueError(
+                f"{self.directory}: numeric pack format {index.get('format')!r}, this "
+                f"polymimic-data reads {PACK_FORMAT}; delete the folder to build it again"
+            )
+        packed = [Path(p) for p in index["paths"]]
+        if packed != self._paths:
+            raise ValueError(
+                f"{self.directory}: packs {len(packed)} episodes, not these {len(self._paths)} "
+                "in this order; a pack is named by its episodes (pack_key)"
+            )
         self.keys: list[str] = list(index["keys"])
         self._entries: list[dict[str, Any] | None] = index["episodes"]
         self._arrays = [_mapped(self.directory / f"{i}.npy") for i in range(len(self.keys))]
@@ -196,7 +207,7 @@ def _build(
         columns: list[list[np.ndarray]] = [[] for _ in keys]
         rows = [0] * len(keys)
         entries: list[dict[str, Any] | None] = []
-        skipped = 0
+        skipped: list[str] = []
         for info in tqdm(episodes, desc="numeric pack", unit="episode", disable=not progress):
             path = Path(info.path)
             try:
@@ -205,15 +216,15 @@ def _build(
                 reader = EpisodeReader(path)
                 read = [read_key(reader, key) for key in keys]
                 annotations = reader.read_annotations()
-            except Exception:  # read at its open, where its fault is reported
+            except Exception as exc:  # read at its open, where its fault is reported
                 entries.append(None)
-                skipped += 1
+                skipped.append(f"{path}: {exc}")
                 continue
             entry: dict[str, Any] = {"frames": reader.total_frames, "files": files,
                                      "identities": before, "rows": [], "shapes": [],
                                      "annotations": annotations, "bad": {}}  # fmt: skip
             for i, (values, faults) in enumerate(read):
-                flat = values.reshape(len(values), -1)
+                flat = values.reshape(len(values), int(np.prod(values.shape[1:])))
                 entry["rows"].append([rows[i], rows[i] + len(flat)])
                 entry["shapes"].append(list(values.shape))
                 columns[i].append(flat)
@@ -223,12 +234,13 @@ def _build(
                     entry["bad"][keys[i]] = [frames, [faults[1][f] for f in frames]]
             entries.append(entry)
         for i, column in enumerate(columns):
-            width = max((c.shape[1] for c in column), default=0)
-            if any(c.shape[1] != width for c in column):  # widths differ: one row each
-                raise _Ragged(f"{keys[i]} has episodes of different widths")
+            widths = sorted({c.shape[1] for c in column})
+            if len(widths) > 1:  # no flat column holds them
+                raise _Ragged(f"{keys[i]} has rows of {widths} values in different episodes")
             stacked = np.concatenate(column) if column else np.zeros((0, 0), np.float32)
             np.save(partial / f"{i}.npy", stacked.astype(np.float32, copy=False))
-        index = {"format": PACK_FORMAT, "keys": list(keys), "episodes": entries}
+        paths = [str(e.path) for e in episodes]
+        index = {"format": PACK_FORMAT, "keys": list(keys), "paths": paths, "episodes": entries}
         (partial / "index.json").write_text(json.dumps(index))
         try:
             os.replace(partial, directory)
@@ -238,4 +250,5 @@ def _build(
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     if skipped:
-        log.warning("numeric pack %s: %d unreadable episodes left out", directory, skipped)
+        log.warning("numeric pack %s: %d unreadable episodes left out (read, and refused, at "
+                    "their open), e.g. %s", directory, len(skipped), skipped[0])  # fmt: skip
