@@ -12,6 +12,12 @@ import polymimic_train.configs
 from polymimic_sim import record
 
 TASK = "metaworld/button-press-v3"
+# two steps of a tiny model on a few samples, validated once: a run end to end, fast
+TINY_RUN = [
+    "data.num_workers=0", "data.batch_size=4", "data.norm.num_samples=20",
+    "data.video_episodes=0", "trainer.max_steps=2", "trainer.val_check_interval=2",
+    "trainer.enable_progress_bar=false", "model.d_model=32", "model.num_heads=2",
+]  # fmt: skip
 CONSTANT_GRIPPER = r"ignore:.*are \(nearly\) constant:UserWarning"  # a button needs no gripper
 
 
@@ -87,17 +93,9 @@ def test_a_robot_cotrained_with_hands_trains_and_acts_as_the_robot(
         "data.image_size=[48,64]",
         "data.horizon=8",
         "data.datasets.hands.action_window=5",
-        "data.num_workers=0",
-        "data.batch_size=4",
-        "data.norm.num_samples=20",
-        "data.video_episodes=0",
-        "trainer.max_steps=2",
-        "trainer.val_check_interval=2",
-        "trainer.enable_progress_bar=false",
+        *TINY_RUN,
         "+model.shared_stems.top=image",
         "+model.shared_stems.front_1=image",
-        "model.d_model=32",
-        "model.num_heads=2",
         "callbacks.rerun.every_n_validations=1",
         "callbacks.rerun.max_frames=3",
     )
@@ -133,15 +131,7 @@ def test_a_policy_trained_on_hands_alone_acts_on_the_robot_in_the_hands_layout(
         f"data.roots=[{tmp_path / 'hands'}]",
         "data.image_size=[48,64]",
         "data.horizon=8",
-        "data.num_workers=0",
-        "data.batch_size=4",
-        "data.norm.num_samples=20",
-        "data.video_episodes=0",
-        "trainer.max_steps=2",
-        "trainer.val_check_interval=2",
-        "trainer.enable_progress_bar=false",
-        "model.d_model=32",
-        "model.num_heads=2",
+        *TINY_RUN,
     )
     assert polymimic_train.run(cfg)["steps"] == 2
     checkpoint = Path(cfg.paths.run_dir) / "checkpoints" / "last.ckpt"

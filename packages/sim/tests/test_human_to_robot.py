@@ -38,6 +38,17 @@ def _validate(folder: Path) -> None:
     )
 
 
+def _sample_in_view(dataset: EpisodeDataset, seen: np.ndarray) -> tuple[int, dict]:
+    """The first sample (its frame, itself) whose frames and next two see both hands (a
+    sample that meets the not-detected sentinel is replaced by another)."""
+    index = next(
+        i
+        for i in range(len(dataset))
+        if seen[dataset.locate(i)[1] : dataset.locate(i)[1] + 3].all()
+    )
+    return dataset.locate(index)[1], dataset[index]
+
+
 def test_the_robot_episode_holds_eva_keys_and_loads_as_the_task_speaks(recorded) -> None:
     _validate(recorded["aloha_ee"])
     (episode,) = resolve_episodes(recorded["aloha_ee"])
@@ -174,13 +185,7 @@ def test_the_hands_episode_holds_what_human_data_holds(recorded) -> None:
     # actions are the next frame's wrist pose, in the head's frame at the sample's frame
     dataset = EpisodeDataset([episode], embodiment="sim/hands", cameras=("front_1",), history=1,
                              horizon=2, image_size=SIZE)  # fmt: skip
-    index = next(
-        i
-        for i in range(len(dataset))
-        if seen[dataset.locate(i)[1] : dataset.locate(i)[1] + 3].all()
-    )
-    frame = dataset.locate(index)[1]
-    sample = dataset[index]
+    frame, sample = _sample_in_view(dataset, seen)
     expected = express_in(heads[frame], wrist[frame + 1][None])[0]
     assert np.asarray(sample["actions"]).shape == (2, 36)
     assert np.allclose(np.asarray(sample["actions"])[0, :3], expected[:3], atol=1e-4)
@@ -267,13 +272,7 @@ def test_the_robot_in_the_hands_layout_is_read_as_hands_episodes_are(recorded) -
     seen = (wrists[:, :, 0] < 1e8).all(1)
     dataset = EpisodeDataset([episode], embodiment="sim/hands", cameras=("front_1",), history=1,
                              horizon=2, image_size=SIZE)  # fmt: skip
-    index = next(
-        i
-        for i in range(len(dataset))
-        if seen[dataset.locate(i)[1] : dataset.locate(i)[1] + 3].all()
-    )
-    frame = dataset.locate(index)[1]
-    sample = dataset[index]
+    frame, sample = _sample_in_view(dataset, seen)
     now = hands_vector(heads[frame], wrists[frame], points[frame].reshape(2, 3, 3))
     later = hands_vector(heads[frame], wrists[frame + 1], points[frame + 1].reshape(2, 3, 3))
     assert np.allclose(np.asarray(sample["state"])[0], now, atol=1e-4)
