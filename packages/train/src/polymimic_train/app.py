@@ -191,6 +191,11 @@ def fit(
 
     from polymimic_data.store import write_json_atomic
     from polymimic_strategies import fit_torch_threads, reap_stale_gpu_processes
+    from polymimic_train.runs.preemption import (
+        DeferredSignal,
+        DeferredSignalCallback,
+        launcher_signal,
+    )
     from polymimic_train.runs.run_record import record_run_start, summarise
 
     if cfg.reap_stale_gpu_processes and "SLURM_JOB_ID" in os.environ and _first_on_node():
@@ -199,10 +204,14 @@ def fit(
     pl.seed_everything(cfg.seed, workers=True)
     datamodule, module = components(cfg, data_cfg, episodes, policy)
     callbacks, loggers = _callbacks_and_loggers(cfg)
+    # a launcher's requeue signal (submitit's) acts between steps, not mid-computation
+    preemption = DeferredSignal(launcher_signal(), grace_s=cfg.preemption_grace_s)
+    callbacks.append(DeferredSignalCallback(preemption))
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
     if trainer.is_global_zero:
         record_run_start(run_dir, cfg, {n: s.to_json() for n, s in datamodule.norm_stats.items()})
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    with preemption:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     if module.validated_at_step != trainer.global_step:  # the summary is of the final weights
         trainer.validate(module, datamodule=datamodule, verbose=False)
     summary = summarise(trainer, run_dir)
