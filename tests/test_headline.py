@@ -62,7 +62,18 @@ def test_a_saved_result_says_where_and_how_it_was_measured(
     row = table.splitlines()[2]
     assert "**34/100** (25.5%-43.7%)" in row and "31/100 (22.8%-40.6%)" in row
     assert "283.5 (291.0)" in row and "1000-1099" in row and "abc1234" in row
+    assert "| 34/100 by 300 |" in row  # within gym-aloha's registered 300 ticks, not the 400
     assert "`h2r.py --robot-demos 10`" in row
+
+
+def test_a_30_hz_cell_counts_success_within_its_own_registered_limit(
+    headline: ModuleType, tmp_path: Path
+) -> None:
+    """The hands-alone cell runs in a person's 30 Hz frames: 180 of them, not tick 300."""
+    line = _cell(cell="hands_n0", successes=3, success_at_steps={"180": 2, "240": 3})
+    headline.save(line, tmp_path / "hands_n0.json", commit="c")
+    row = headline.h2r_table(headline.load(tmp_path)).splitlines()[2]
+    assert "| 2/100 by 180 |" in row
 
 
 def test_rows_are_ordered_by_task_and_robot_demonstrations(
@@ -124,7 +135,7 @@ def test_a_headline_row_names_its_model_anchor_and_a_suites_lowest_task(
     mt10, cube_row = rows[2:]
     assert mt10.startswith("| mt10 | metaworld/mt10 | hpt_small | 50 | 7000 |")
     assert "| peg-insert-side-v3 45% | SmolVLA 68% (MT50) |" in mt10
-    assert "| -/100 | - (-) |" in mt10  # no step figures for a suite
+    assert "| - | - (-) |" in mt10  # no step figures for a suite
     assert "| - | ACT ~90% | 2 min / 30 min / 5 min |" in cube_row
 
     del suite["anchor"]
