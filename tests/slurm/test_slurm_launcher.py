@@ -308,6 +308,7 @@ def test_a_job_at_its_time_limit_is_signalled_requeued_and_resumes_in_its_direct
     assert "Caught signal SIGUSR2" in timed_out["logs"]  # the launcher's signal, not a kill
     # and its handler (sys.exit) ran at a step boundary, not inside whatever was running
     assert "caught SIGUSR2: acting on it at the next step boundary" in timed_out["logs"]
+    assert "not honoured within" not in timed_out["logs"]
     assert timed_out["stopped_at"] >= 6
     record = timed_out["record"]
     assert record["state"] == "running"  # the second life, cancelled by the test

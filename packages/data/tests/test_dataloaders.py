@@ -126,3 +126,35 @@ def test_epochs_stopped_at_their_length_are_whole_and_resume_at_their_end(
     resumed.sampler.set_epoch(0)
     assert list(resumed) == []
     assert epochs(resumed, [1, 2]) == whole[1:]
+
+
+class SignalDispositions(Dataset):
+    """Each sample: the worker's handlers of SIGTERM, SIGUSR1 and SIGUSR2 (ignored or not)."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> dict:
+        import signal
+
+        names = ("SIGTERM", "SIGUSR1", "SIGUSR2")
+        ignored = {n: signal.getsignal(getattr(signal, n)) == signal.SIG_IGN for n in names}
+        return {"embodiment": "eva_bimanual", "faults": [], **ignored}
+
+
+@pytest.mark.parametrize("in_slurm", [True, False])
+def test_loader_workers_in_a_slurm_job_ignore_its_stop_and_requeue_signals(
+    monkeypatch, in_slurm: bool
+) -> None:
+    """Slurm sends SIGTERM and the `--signal` (submitit's USR2, Lightning's USR1) to every
+    process of a step: the trainer acts on them; a worker that died of one would fail it."""
+    if in_slurm:
+        monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    else:
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    loader = make_dataloader(
+        SignalDispositions(), batch_size=1, shuffle=False, num_workers=1, prefetch_factor=1
+    )
+    batch = next(iter(loader))
+    ignored = {name: bool(batch[name][0]) for name in ("SIGTERM", "SIGUSR1", "SIGUSR2")}
+    assert ignored == {"SIGTERM": in_slurm, "SIGUSR1": in_slurm, "SIGUSR2": in_slurm}

@@ -7,6 +7,7 @@ handlers here stand in for submitit's: they note where they ran, then exit like 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -72,6 +73,44 @@ def test_a_signal_never_honoured_runs_where_the_process_is_after_the_grace(exits
     assert 0.25 < elapsed < 5, elapsed
 
 
+def test_a_signal_held_as_the_work_ends_is_acted_on_there_once(exits_like_submitit):
+    handler, calls, _ = exits_like_submitit
+    deferred = DeferredSignal(SIG, grace_s=0.3)
+    with pytest.raises(SystemExit), deferred:
+        os.kill(os.getpid(), SIG)
+        time.sleep(0.05)
+    assert calls == [{"signum": SIG, "busy": False}]
+    assert signal.getsignal(SIG) is handler
+    time.sleep(0.6)  # past the grace: the watcher re-sends nothing
+    deferred.honour()  # nor does a late boundary (a validation after fit) run it again
+    assert len(calls) == 1
+
+
+def test_a_signal_held_as_the_work_fails_is_not_acted_on(exits_like_submitit):
+    _, calls, _ = exits_like_submitit
+    with pytest.raises(ValueError, match="the work failed"), DeferredSignal(SIG, grace_s=0.3):
+        os.kill(os.getpid(), SIG)
+        raise ValueError("the work failed")
+    time.sleep(0.6)
+    assert calls == []
+
+
+def test_honoured_just_as_the_grace_ends_the_handler_runs_once(exits_like_submitit):
+    """The boundary and the watcher race for it: whoever claims it first runs it."""
+    _, calls, _ = exits_like_submitit
+    for _ in range(5):
+        calls.clear()
+        with DeferredSignal(SIG, grace_s=0.05) as deferred:
+            os.kill(os.getpid(), SIG)
+            started = time.monotonic()
+            with contextlib.suppress(SystemExit):
+                while time.monotonic() - started < 3:
+                    deferred.honour()  # a boundary at every instant, the watcher beside it
+            with contextlib.suppress(SystemExit):
+                time.sleep(0.2)  # a re-sent signal would land here
+        assert len(calls) == 1
+
+
 def test_without_a_python_handler_nothing_is_deferred():
     previous = signal.signal(SIG, signal.SIG_IGN)
     try:
@@ -100,7 +139,7 @@ class SignalledDuringAPlot(pl.Callback):
             return
         self.state["busy"], self.state["sent"] = True, trainer.global_step
         os.kill(os.getpid(), SIG)
-        torch.ones(64, 64) @ torch.ones(64, 64)  # the rest of the drawing
+        self.state["drawn"] = torch.ones(64, 64) @ torch.ones(64, 64)  # the rest of the drawing
         self.state["busy"] = False
 
 
@@ -124,5 +163,6 @@ def test_in_a_fit_the_handler_runs_after_the_next_batch_not_inside_the_callback(
         with pytest.raises(SystemExit):
             trainer.fit(BoringModel())
     assert calls == [{"signum": SIG, "busy": False}]
+    assert signal.getsignal(SIG) is exits_like_submitit[0]
     # the first step boundary after the signal (sent after step 4's validation): step 5
     assert state["sent"] == 4 and trainer.global_step == 5

@@ -82,6 +82,12 @@ def _tune_worker(worker_id: int) -> None:
         # lets SIGTERM pass so a requeued job is not reported failed; a worker that died of
         # it would still fail the step, from its parent, before it is requeued.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # Its `--signal` before a time limit (submitit's USR2, Lightning's USR1 for
+        # auto-requeue) reaches every process of the step too: the process that trains
+        # acts on it (checkpoint, requeue). A worker would die of USR1/USR2's default
+        # action, or run the trainer's handler it forked with, mid-batch.
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
 class ShuffledOrder(DistributedSampler):

@@ -1,8 +1,9 @@
 """A launcher's preemption signal, acted on between steps rather than wherever it lands.
 
 submitit asks Slurm for a signal (`--signal=USR2@signal_delay_s`) before a job's time
-limit or on preemption, and its handler checkpoints the submission, runs `scontrol
-requeue` and ends the process with `sys.exit`. Python runs a handler between any two
+limit or on preemption. Its handler, on global rank 0, checkpoints the submission, runs
+`scontrol requeue` and ends the process with `sys.exit` (other ranks log and return; with
+no requeue left it raises `UncompletedJobError`). Python runs a handler between any two
 bytecodes, so that `SystemExit` used to surface wherever training happened to be, and
 inside a C extension's argument conversion it is not even a `SystemExit`: pybind11 (under
 matplotlib's step-error plot) reported it as `TypeError: affine_transform(): incompatible
@@ -10,11 +11,13 @@ function arguments`. The run then failed with an error instead of leaving for it
 requeue, submitit wrote that error as the job's result, and the launcher waiting on the
 job gave up.
 
-`DeferredSignal` takes the signal instead, notes it, and runs the launcher's own handler at
-the next step boundary (`DeferredSignalCallback`: after a training or validation batch),
-where nothing is half done. Work between boundaries can be long (a video render, the data
-preparation before the first step): if the note is not honoured within `grace_s`, the
-handler runs where the process is, as before, since a late requeue beats none.
+`DeferredSignal`, around `trainer.fit`, takes the signal instead, notes it, and runs the
+launcher's own handler at the next step boundary (`DeferredSignalCallback`: after a
+training or validation batch), where nothing is half done, or at the end of fit. Work
+between boundaries can be long (a video render, a closed-loop evaluation): if the note is
+not honoured within `grace_s`, the handler runs where the process is, as before, since a
+late requeue beats none. The handler runs at most once. The loader's workers ignore the
+signal (polymimic-data's worker setup, under Slurm): the process that trains acts for them.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -44,75 +46,91 @@ def launcher_signal() -> signal.Signals:
 class DeferredSignal:
     """Hold `signum`'s Python handler until `honour()` (or `grace_s` has passed).
 
-    Use as a context manager in the main thread; on exit the original handler is back.
-    Nothing is deferred when the signal has no Python handler (not launched by submitit).
+    Use as a context manager in the main thread; on exit the original handler is back, and
+    a signal still held is acted on there when the work ended normally. Nothing is deferred
+    when the signal has no Python handler (not launched by submitit) or off the main thread.
     """
 
     def __init__(self, signum: int, *, grace_s: float = 60.0) -> None:
         self.signum, self.grace_s = signum, grace_s
-        self.original: Handler | None = None
-        self.noted_at: float | None = None
+        self.original: Handler | None = None  # while deferring
+        self._handler: Handler | None = None  # the launcher's, kept for an overdue signal
+        self._lock = threading.Lock()  # never taken in the signal handler
+        self._noted = threading.Event()  # the signal came
+        self._closed = threading.Event()  # the context ended
+        self._claimed = False  # whoever set it runs the launcher's handler: once only
         self._overdue = False
-        self._timer: threading.Timer | None = None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
 
     def __enter__(self) -> DeferredSignal:
         current = signal.getsignal(self.signum)
-        if callable(current):
-            self.original = current
+        if callable(current) and threading.current_thread() is threading.main_thread():
+            self.original = self._handler = current
             signal.signal(self.signum, self._note)
+            threading.Thread(target=self._watch, name="deferred-signal", daemon=True).start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if self.original is not None:
-            signal.signal(self.signum, self.original)
-        if self.noted_at is not None:  # the work ended first; what is left is short
-            log.warning("%s came as the work ended: not acted on", signal.Signals(self.signum).name)
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self.original is None:
+            return
+        original, self.original = self.original, None
+        signal.signal(self.signum, original)
+        self._closed.set()
+        if self._noted.is_set() and self._claim():
+            if exc_type is None:  # the end of fit is a step boundary too
+                log.warning("%s: acting on it as fit ends", self.name)
+                original(self.signum, None)
+            else:  # already unwinding: the launcher's signal changes nothing now
+                log.warning("%s came as fit failed: not acted on", self.name)
 
     @property
     def active(self) -> bool:
         return self.original is not None
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
-        if self._overdue:  # the grace has passed: act here and now
-            self._run(frame)
-            return
-        if self.noted_at is not None:
-            return
-        self.noted_at = time.monotonic()
-        log.warning(
-            "caught %s: acting on it at the next step boundary (at most %.0f s from now)",
-            signal.Signals(signum).name,
-            self.grace_s,
-        )
-        self._timer = threading.Timer(self.grace_s, self._overdue_now)
-        self._timer.daemon = True
-        self._timer.start()
+        if self._overdue:  # re-sent by the watcher, which claimed it: act here and now
+            self._overdue = False
+            assert self._handler is not None
+            self._handler(signum, frame)
+        elif not self._noted.is_set():
+            log.warning(
+                "caught %s: acting on it at the next step boundary (at most %.0f s from now)",
+                self.name,
+                self.grace_s,
+            )
+            self._noted.set()
 
-    def _overdue_now(self) -> None:
-        """(Timer thread) no boundary came in time: deliver the signal again, undeferred."""
-        if self.noted_at is None:  # honoured meanwhile
+    def _watch(self) -> None:
+        """(Its own thread) after a noted signal's grace, re-send it to be run undeferred."""
+        while not self._noted.wait(timeout=1.0):
+            if self._closed.is_set():
+                return
+        if self._closed.wait(timeout=self.grace_s):
             return
-        self._overdue = True
-        log.warning(
-            "%s not honoured within %.0f s: running its handler where the process is",
-            signal.Signals(self.signum).name,
-            self.grace_s,
-        )
+        with self._lock:
+            if self._claimed:  # honoured meanwhile
+                return
+            self._claimed = self._overdue = True
+        log.warning("%s not honoured within %.0f s: running it where it lands", self.name,
+                    self.grace_s)  # fmt: skip
         os.kill(os.getpid(), self.signum)
+
+    def _claim(self) -> bool:
+        """Whether this caller is the one to run the launcher's handler (first come)."""
+        with self._lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
 
     def honour(self) -> None:
         """At a safe point, in the main thread: run the held handler, if a signal came."""
-        if self.noted_at is not None and not self._overdue:
-            self._run(None)
-
-    def _run(self, frame: FrameType | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self.noted_at, self._overdue = None, False
-        assert self.original is not None
-        self.original(self.signum, frame)  # submitit's: checkpoint, requeue, sys.exit
+        original = self.original
+        if original is not None and self._noted.is_set() and self._claim():
+            original(self.signum, None)  # submitit's: checkpoint, requeue, sys.exit
 
 
 class DeferredSignalCallback(pl.Callback):
