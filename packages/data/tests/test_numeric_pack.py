@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import pickle
 import shutil
+import time
 import warnings
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import zarr
 
 from polymimic_data import EpisodeDataset, resolve_episodes
 from polymimic_data.embodiments.registry import get_embodiment
+from polymimic_data.samples import numeric_pack
 from polymimic_data.synthetic.episodes import generate_episode
 
 
@@ -150,3 +153,33 @@ def test_a_pack_pickles_by_its_folder(tmp_path: Path) -> None:
     assert served is not None and original is not None
     for key, values in original.arrays.items():
         assert np.array_equal(served.arrays[key], values)
+
+
+def test_ranks_starting_together_build_one_pack_and_all_use_it(tmp_path: Path, monkeypatch) -> None:
+    """A job's ranks each open the same pack at once: one builds it, the others wait."""
+    _episodes(tmp_path / "data", "eva_bimanual")
+    episodes = resolve_episodes(tmp_path / "data")
+    builds = tmp_path / "builds.txt"
+    real_build = numeric_pack._build
+
+    def counted(*args, **kwargs):
+        with open(builds, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(0.5)  # long enough for every rank to arrive while it builds
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(numeric_pack, "_build", counted)
+
+    def rank() -> None:
+        dataset = _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache")
+        assert _numbers(dataset) == _numbers(_dataset(episodes, "eva_bimanual"))
+
+    context = multiprocessing.get_context("fork")
+    ranks = [context.Process(target=rank) for _ in range(3)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(timeout=120)
+    assert [p.exitcode for p in ranks] == [0, 0, 0]
+    assert len(builds.read_text().split()) == 1
+    assert len(list((tmp_path / "cache").glob("numeric_pack-*"))) == 1  # no partial left

@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from polymimic_data.episodes.bad_values import frame_faults
 from polymimic_data.episodes.resolver import EpisodeInfo
+from polymimic_data.store.atomic_files import exclusive
 from polymimic_data.store.episode_store import EpisodeReader
 
 log = logging.getLogger(__name__)
@@ -177,11 +178,15 @@ class NumericPack:
         """
         directory = Path(cache_dir) / f"numeric_pack-{pack_key(episodes, keys)}"
         if not (directory / "index.json").is_file():
-            try:
-                _build(directory, episodes, keys, progress=progress)
-            except _Ragged as exc:
-                log.warning("no numeric pack: %s", exc)
-                return None
+            # one process (of a job's ranks) builds it; the others wait, then load it
+            with exclusive(directory.with_name(f".{directory.name}.lock"),
+                           f"waiting for another process building {directory}"):  # fmt: skip
+                if not (directory / "index.json").is_file():
+                    try:
+                        _build(directory, episodes, keys, progress=progress)
+                    except _Ragged as exc:
+                        log.warning("no numeric pack: %s", exc)
+                        return None
         return cls(directory, [Path(e.path) for e in episodes])
 
 

@@ -1,12 +1,42 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+And `exclusive`, a lock file for work that several processes (a job's ranks) would
+otherwise each do at once: the first does it, the others wait and then find it done.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def exclusive(lock_file: str | os.PathLike[str], waiting: str) -> Iterator[None]:
+    """Held by one process at a time: `flock` on `lock_file` (created, with its folders).
+
+    A process that has to wait logs `waiting` first. The lock goes with its process.
+    """
+    lock_file = Path(lock_file)
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("%s", waiting)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:

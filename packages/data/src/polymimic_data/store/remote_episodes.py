@@ -17,7 +17,6 @@ folders (which the resolver skips), removed by the next sync.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -25,14 +24,13 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from polymimic_data.store.atomic_files import write_json_atomic
+from polymimic_data.store.atomic_files import exclusive, write_json_atomic
 from polymimic_data.store.episode_attrs import attrs_match
 from polymimic_data.store.episode_store import INCOMPLETE_PREFIX, episode_hash
 
@@ -252,21 +250,6 @@ def _prune(local: Path, remote: Mapping[str, Files]) -> None:
             manifest.unlink()
 
 
-@contextmanager
-def _sync_lock(local: Path) -> Iterator[None]:
-    """Held for a whole sync; the next process to sync the mirror waits for it."""
-    with open(local / _LOCK, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process syncing %s", local)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def sync_remote_episodes(
     url: str,
     local_root: str | os.PathLike[str],
@@ -289,7 +272,7 @@ def sync_remote_episodes(
     fs, prefix = _filesystem(url, storage_options)
     local = Path(local_root)
     local.mkdir(parents=True, exist_ok=True)
-    with _sync_lock(local):
+    with exclusive(local / _LOCK, f"waiting for another process syncing {local}"):
         _remove_leftovers(local)
         remote = _list_episodes(fs, prefix, url)
         _prune(local, remote)
