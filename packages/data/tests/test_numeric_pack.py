@@ -112,7 +112,9 @@ def test_an_episode_changed_after_packing_is_read_fresh(tmp_path: Path, change: 
     packed = _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache")
     assert _numbers(packed) == _numbers(_dataset(episodes, "eva_bimanual"))
     assert packed._cache.from_pack == 1  # the unchanged episode only
-    assert len(list((tmp_path / "cache").iterdir())) == 1  # the same pack, not a second one
+    assert (
+        len(list((tmp_path / "cache").glob("numeric_pack-*"))) == 1
+    )  # the same pack, not a second one
 
 
 def test_annotations_added_after_packing_are_read(tmp_path: Path) -> None:
@@ -183,3 +185,26 @@ def test_ranks_starting_together_build_one_pack_and_all_use_it(tmp_path: Path, m
     assert [p.exitcode for p in ranks] == [0, 0, 0]
     assert len(builds.read_text().split()) == 1
     assert len(list((tmp_path / "cache").glob("numeric_pack-*"))) == 1  # no partial left
+
+
+def test_a_data_set_that_cannot_be_packed_is_read_from_disk_and_not_tried_again(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """One episode's key wider than the other's: no flat column holds them. The next start
+    finds that out from a marker, without reading every episode again."""
+    paths = _episodes(tmp_path / "data", "eva_bimanual")
+    episodes = resolve_episodes(tmp_path / "data")
+    keys = ["left.obs_ee_pose"]
+    wider = np.zeros((20, 9), np.float32)  # a pose is 7 wide
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.create_array(paths[1] / keys[0], data=wider, overwrite=True)
+    assert numeric_pack.NumericPack.load_or_build(tmp_path / "cache", episodes, keys) is None
+    marker = next((tmp_path / "cache").glob("numeric_pack-*.unpackable"))
+    assert "left.obs_ee_pose has rows of" in marker.read_text()
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(numeric_pack, "_build", no_build)
+    assert numeric_pack.NumericPack.load_or_build(tmp_path / "cache", episodes, keys) is None

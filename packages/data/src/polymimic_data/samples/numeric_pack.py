@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from polymimic_data.episodes.bad_values import frame_faults
 from polymimic_data.episodes.resolver import EpisodeInfo
-from polymimic_data.store.atomic_files import exclusive
+from polymimic_data.store.atomic_files import exclusive, write_text_atomic
 from polymimic_data.store.episode_store import EpisodeReader
 
 log = logging.getLogger(__name__)
@@ -177,14 +177,22 @@ class NumericPack:
         from disk as without a pack.
         """
         directory = Path(cache_dir) / f"numeric_pack-{pack_key(episodes, keys)}"
+        # a data set that cannot be packed is read from disk, and not read whole again at
+        # every start to find that out (its episodes changing make a new key)
+        unpackable = directory.with_name(f"{directory.name}.unpackable")
         if not (directory / "index.json").is_file():
             # one process (of a job's ranks) builds it; the others wait, then load it
             with exclusive(directory.with_name(f".{directory.name}.lock"),
                            f"waiting for another process building {directory}"):  # fmt: skip
+                if unpackable.is_file():
+                    log.warning("no numeric pack: %s (%s)", unpackable.read_text().strip(),
+                                unpackable)  # fmt: skip
+                    return None
                 if not (directory / "index.json").is_file():
                     try:
                         _build(directory, episodes, keys, progress=progress)
                     except _Ragged as exc:
+                        write_text_atomic(unpackable, f"{exc}\n")
                         log.warning("no numeric pack: %s", exc)
                         return None
         return cls(directory, [Path(e.path) for e in episodes])
