@@ -43,6 +43,15 @@ def _dataset(root: Path | list, embodiment: str, pack: Path | None = None) -> Ep
     return dataset
 
 
+def _cache_listing(cache: Path) -> list[str]:
+    """What a pack's cache folder holds, with the pack's key left out of each name."""
+    names = [p.name for p in cache.iterdir()]
+    keys = {n.split("-")[1].split(".")[0] for n in names if "numeric_pack-" in n}
+    assert len(keys) == 1, names
+    key = keys.pop()
+    return sorted(n.replace(f"numeric_pack-{key}", "pack").lstrip(".") for n in names)
+
+
 def _numbers(dataset: EpisodeDataset) -> list[tuple]:
     """Every sample's numbers, prompt and faults (what a pack could change)."""
     out = []
@@ -112,9 +121,7 @@ def test_an_episode_changed_after_packing_is_read_fresh(tmp_path: Path, change: 
     packed = _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache")
     assert _numbers(packed) == _numbers(_dataset(episodes, "eva_bimanual"))
     assert packed._cache.from_pack == 1  # the unchanged episode only
-    assert (
-        len(list((tmp_path / "cache").glob("numeric_pack-*"))) == 1
-    )  # the same pack, not a second one
+    assert _cache_listing(tmp_path / "cache") == ["pack", "pack.lock"]  # the same, not a second
 
 
 def test_annotations_added_after_packing_are_read(tmp_path: Path) -> None:
@@ -184,7 +191,7 @@ def test_ranks_starting_together_build_one_pack_and_all_use_it(tmp_path: Path, m
         process.join(timeout=120)
     assert [p.exitcode for p in ranks] == [0, 0, 0]
     assert len(builds.read_text().split()) == 1
-    assert len(list((tmp_path / "cache").glob("numeric_pack-*"))) == 1  # no partial left
+    assert _cache_listing(tmp_path / "cache") == ["pack", "pack.lock"]  # no partial left
 
 
 def test_a_data_set_that_cannot_be_packed_is_read_from_disk_and_not_tried_again(
@@ -208,3 +215,38 @@ def test_a_data_set_that_cannot_be_packed_is_read_from_disk_and_not_tried_again(
 
     monkeypatch.setattr(numeric_pack, "_build", no_build)
     assert numeric_pack.NumericPack.load_or_build(tmp_path / "cache", episodes, keys) is None
+
+
+def test_a_cache_that_cannot_lock_still_gets_its_pack(tmp_path: Path, monkeypatch) -> None:
+    """NFS without its lock daemon refuses flock (ENOLCK): the build goes on unlocked."""
+    import errno
+
+    from polymimic_data.store import atomic_files
+
+    def refuse(handle, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(atomic_files.fcntl, "flock", refuse)
+    _episodes(tmp_path / "data", "eva_bimanual")
+    packed = _dataset(tmp_path / "data", "eva_bimanual", pack=tmp_path / "cache")
+    assert _numbers(packed) == _numbers(_dataset(tmp_path / "data", "eva_bimanual"))
+    assert packed._cache.from_pack == 2
+
+
+def test_a_lock_held_past_its_timeout_is_gone_on_without(tmp_path: Path) -> None:
+    """A holder that never lets go (its node died, NFS keeps its lock): a warning, then on."""
+    from polymimic_data.store import exclusive
+
+    lock = tmp_path / "held.lock"
+    with exclusive(lock, "first") as first:
+        assert first
+        child = os.fork()
+        if child == 0:  # another process: flock locks are per open file
+            started = time.monotonic()
+            with exclusive(lock, "waiting", timeout_s=0.5) as held:
+                waited = time.monotonic() - started
+            os._exit(0 if not held and 0.4 < waited < 5 else 1)
+        _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with exclusive(lock, "free now", timeout_s=0.5) as held:
+        assert held

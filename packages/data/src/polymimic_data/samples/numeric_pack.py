@@ -21,6 +21,7 @@ read when the pack was built is not in it: it is read (and refused) at its open.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -105,6 +106,9 @@ def pack_key(episodes: Sequence[EpisodeInfo], keys: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+BUILD_LOCK_TIMEOUT_S = 1800.0  # a build of 10,000 episodes takes minutes, not half an hour
+
+
 class NumericPack:
     """A data set's numeric arrays, bad frames and annotations, checked against the disk.
 
@@ -180,21 +184,25 @@ class NumericPack:
         # a data set that cannot be packed is read from disk, and not read whole again at
         # every start to find that out (its episodes changing make a new key)
         unpackable = directory.with_name(f"{directory.name}.unpackable")
-        if not (directory / "index.json").is_file():
-            # one process (of a job's ranks) builds it; the others wait, then load it
+        if not (directory / "index.json").is_file() and not unpackable.is_file():
+            # one process (of a job's ranks, or of jobs sharing the cache) builds it; the
+            # others wait, then load it. Unlocked (a file system that cannot lock, a holder
+            # gone quiet) each builds its own and the first renamed into place is used.
             with exclusive(directory.with_name(f".{directory.name}.lock"),
-                           f"waiting for another process building {directory}"):  # fmt: skip
-                if unpackable.is_file():
-                    log.warning("no numeric pack: %s (%s)", unpackable.read_text().strip(),
-                                unpackable)  # fmt: skip
-                    return None
-                if not (directory / "index.json").is_file():
+                           f"waiting for another process building {directory}",
+                           timeout_s=BUILD_LOCK_TIMEOUT_S):  # fmt: skip
+                if not (directory / "index.json").is_file() and not unpackable.is_file():
                     try:
                         _build(directory, episodes, keys, progress=progress)
                     except _Ragged as exc:
-                        write_text_atomic(unpackable, f"{exc}\n")
                         log.warning("no numeric pack: %s", exc)
+                        with contextlib.suppress(OSError):  # read-only: found again next time
+                            write_text_atomic(unpackable, f"{exc}\n")
                         return None
+        if unpackable.is_file():
+            log.warning("no numeric pack: %s (found at an earlier start; remove %s to try "
+                        "again)", unpackable.read_text().strip(), unpackable)  # fmt: skip
+            return None
         return cls(directory, [Path(e.path) for e in episodes])
 
 
@@ -255,6 +263,7 @@ def _build(
         paths = [str(e.path) for e in episodes]
         index = {"format": PACK_FORMAT, "keys": list(keys), "paths": paths, "episodes": entries}
         (partial / "index.json").write_text(json.dumps(index))
+        partial.chmod(0o755)  # mkdtemp's 0700 would keep the pack from a shared cache's users
         try:
             os.replace(partial, directory)
         except OSError:  # another process (a DDP rank) put its pack there first

@@ -1,5 +1,6 @@
 # The public names, each with the module it loads from on first use (lazy_loader reads
 # this table at import; type checkers read it as the package's interface).
+from .atomic_files import exclusive as exclusive
 from .atomic_files import write_bytes_atomic as write_bytes_atomic
 from .atomic_files import write_json_atomic as write_json_atomic
 from .atomic_files import write_text_atomic as write_text_atomic

@@ -6,11 +6,14 @@ otherwise each do at once: the first does it, the others wait and then find it d
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
+import math
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,24 +22,61 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+UNLOCKABLE = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EACCES, errno.EROFS)
+
+
 @contextmanager
-def exclusive(lock_file: str | os.PathLike[str], waiting: str) -> Iterator[None]:
+def exclusive(
+    lock_file: str | os.PathLike[str], waiting: str, *, timeout_s: float | None = None
+) -> Iterator[bool]:
     """Held by one process at a time: `flock` on `lock_file` (created, with its folders).
 
-    A process that has to wait logs `waiting` first. The lock goes with its process.
+    Yields whether the lock is held. A process that has to wait logs `waiting` first, and
+    again each minute. Where the file system cannot lock (NFS without its lock daemon,
+    Lustre without `flock`, a read-only or another user's cache) or `timeout_s` passes
+    (a holder on a dead node), it warns and goes on unlocked: use it for work that is safe
+    unlocked too, only wasteful. The lock goes with its process.
     """
     lock_file = Path(lock_file)
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a") as handle:
+    try:
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock_file, "a")  # noqa: SIM115 (closed below, after the body)
+    except OSError as exc:
+        if exc.errno not in UNLOCKABLE:
+            raise
+        log.warning("%s: cannot lock (%s); going on unlocked", lock_file, exc.strerror)
+        yield False
+        return
+    with handle:
+        held = _acquire(handle, lock_file, waiting, timeout_s)
+        try:
+            yield held
+        finally:
+            if held:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _acquire(handle: Any, lock_file: Path, waiting: str, timeout_s: float | None) -> bool:
+    started, said = time.monotonic(), -math.inf
+    while True:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
         except BlockingIOError:
-            log.info("%s", waiting)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            pass
+        except OSError as exc:
+            if exc.errno not in UNLOCKABLE:
+                raise
+            log.warning("%s: cannot lock (%s); going on unlocked", lock_file, exc.strerror)
+            return False
+        waited = time.monotonic() - started
+        if timeout_s is not None and waited >= timeout_s:
+            log.warning("%s: still held after %.0f s; going on unlocked", lock_file, waited)
+            return False
+        if waited - said >= 60:
+            log.info("%s (%.0f s so far)", waiting, waited)
+            said = waited
+        time.sleep(0.2)
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
