@@ -42,9 +42,7 @@ def exclusive(
         lock_file.parent.mkdir(parents=True, exist_ok=True)
         handle = open(lock_file, "a")  # noqa: SIM115 (closed below, after the body)
     except OSError as exc:
-        if exc.errno not in UNLOCKABLE:
-            raise
-        log.warning("%s: cannot lock (%s); going on unlocked", lock_file, exc.strerror)
+        _unlocked(lock_file, exc)
         yield False
         return
     with handle:
@@ -56,6 +54,13 @@ def exclusive(
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _unlocked(lock_file: Path, exc: OSError) -> None:
+    """A file system that cannot lock is said once and gone on from; any other error raised."""
+    if exc.errno not in UNLOCKABLE:
+        raise exc
+    log.warning("%s: cannot lock (%s); going on unlocked", lock_file, exc.strerror)
+
+
 def _acquire(handle: Any, lock_file: Path, waiting: str, timeout_s: float | None) -> bool:
     started, said = time.monotonic(), -math.inf
     while True:
@@ -65,9 +70,7 @@ def _acquire(handle: Any, lock_file: Path, waiting: str, timeout_s: float | None
         except BlockingIOError:
             pass
         except OSError as exc:
-            if exc.errno not in UNLOCKABLE:
-                raise
-            log.warning("%s: cannot lock (%s); going on unlocked", lock_file, exc.strerror)
+            _unlocked(lock_file, exc)
             return False
         waited = time.monotonic() - started
         if timeout_s is not None and waited >= timeout_s:

@@ -53,10 +53,10 @@ class DeferredSignal:
 
     def __init__(self, signum: int, *, grace_s: float = 60.0) -> None:
         self.signum, self.grace_s = signum, grace_s
-        self.original: Handler | None = None  # while deferring
-        self._handler: Handler | None = None  # the launcher's, kept for an overdue signal
+        self._handler: Handler | None = None  # the launcher's: put back on exit
+        self._deferring = False
         self._lock = threading.Lock()  # never taken in the signal handler
-        self._noted = threading.Event()  # the signal came
+        self._noted = threading.Event()  # the signal came (set on exit too: wakes the watcher)
         self._closed = threading.Event()  # the context ended
         self._claimed = False  # whoever set it runs the launcher's handler: once only
         self._overdue = False
@@ -68,27 +68,30 @@ class DeferredSignal:
     def __enter__(self) -> DeferredSignal:
         current = signal.getsignal(self.signum)
         if callable(current) and threading.current_thread() is threading.main_thread():
-            self.original = self._handler = current
+            self._handler, self._deferring = current, True
             signal.signal(self.signum, self._note)
             threading.Thread(target=self._watch, name="deferred-signal", daemon=True).start()
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
-        if self.original is None:
+        if not self._deferring:
             return
-        original, self.original = self.original, None
-        signal.signal(self.signum, original)
+        self._deferring = False
+        assert self._handler is not None
+        signal.signal(self.signum, self._handler)
+        came = self._noted.is_set()
         self._closed.set()
-        if self._noted.is_set() and self._claim():
+        self._noted.set()  # the watcher wakes, sees the context closed and ends
+        if came and self._claim():
             if exc_type is None:  # the end of fit is a step boundary too
                 log.warning("%s: acting on it as fit ends", self.name)
-                original(self.signum, None)
+                self._handler(self.signum, None)
             else:  # already unwinding: the launcher's signal changes nothing now
                 log.warning("%s came as fit failed: not acted on", self.name)
 
     @property
     def active(self) -> bool:
-        return self.original is not None
+        return self._deferring
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         if self._overdue:  # re-sent by the watcher, which claimed it: act here and now
@@ -105,9 +108,7 @@ class DeferredSignal:
 
     def _watch(self) -> None:
         """(Its own thread) after a noted signal's grace, re-send it to be run undeferred."""
-        while not self._noted.wait(timeout=1.0):
-            if self._closed.is_set():
-                return
+        self._noted.wait()
         if self._closed.wait(timeout=self.grace_s):
             return
         with self._lock:
@@ -128,9 +129,9 @@ class DeferredSignal:
 
     def honour(self) -> None:
         """At a safe point, in the main thread: run the held handler, if a signal came."""
-        original = self.original
-        if original is not None and self._noted.is_set() and self._claim():
-            original(self.signum, None)  # submitit's: checkpoint, requeue, sys.exit
+        if self._deferring and self._noted.is_set() and self._claim():
+            assert self._handler is not None
+            self._handler(self.signum, None)  # submitit's: checkpoint, requeue, sys.exit
 
 
 class DeferredSignalCallback(pl.Callback):
