@@ -312,6 +312,8 @@ def test_a_job_at_its_time_limit_is_signalled_requeued_and_resumes_in_its_direct
     assert timed_out["stopped_at"] >= 6
     record = timed_out["record"]
     assert record["state"] == "running"  # the second life, cancelled by the test
+    # the first life was recorded as left for its requeue (it said `failed: SystemExit: -1`)
+    assert record["requeues"] == 1 and record.get("error") is None, record
     assert record["resumed_from"].endswith("last.ckpt")
     jobs_dirs = [p.name for p in timed_out["dir"].parent.iterdir() if p.name.isdigit()]
     assert jobs_dirs == [timed_out["dir"].name]  # the second life made no other

@@ -8,8 +8,11 @@ handlers here stand in for submitit's: they note where they ran, then exit like 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -23,6 +26,7 @@ from polymimic_train.runs.preemption import (
     DeferredSignalCallback,
     launcher_signal,
 )
+from polymimic_train.runs.run_dirs import LeftForRequeue
 
 SIG = signal.SIGUSR2
 
@@ -51,12 +55,35 @@ def test_the_signal_waits_for_honour_then_runs_the_launchers_handler(exits_like_
         time.sleep(0.05)
         state["busy"] = False  # the half-done work is done
         assert calls == []
-        with pytest.raises(SystemExit):
+        with pytest.raises(LeftForRequeue) as left:  # a SystemExit: the process still ends
             deferred.honour()
+        assert left.value.code == -1  # the launcher's own exit code
     assert calls == [{"signum": SIG, "busy": False}]
     assert signal.getsignal(SIG) is handler  # restored
     deferred.honour()  # nothing pending: nothing runs
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("returncode", [-signal.SIGTERM, 1])
+def test_a_requeue_command_killed_by_the_requeue_is_a_requeue_a_failed_one_is_not(returncode):
+    """`scontrol requeue` takes the step down at once, itself included: killed by SIGTERM
+    before it returned, submitit's handler raised `CalledProcessError`, not its exit."""
+
+    def requeue_then_exit(signum: int, frame: Any) -> None:
+        subprocess.check_call(["sh", "-c", f"kill -{abs(returncode)} $$" if returncode < 0
+                               else f"exit {returncode}"])  # fmt: skip
+        raise SystemExit(-1)  # not reached
+
+    previous = signal.signal(SIG, requeue_then_exit)
+    try:
+        with DeferredSignal(SIG, grace_s=30) as deferred:
+            os.kill(os.getpid(), SIG)
+            time.sleep(0.05)
+            expected = LeftForRequeue if returncode < 0 else subprocess.CalledProcessError
+            with pytest.raises(expected):
+                deferred.honour()
+    finally:
+        signal.signal(SIG, previous)
 
 
 def test_a_signal_never_honoured_runs_where_the_process_is_after_the_grace(exits_like_submitit):
@@ -160,9 +187,58 @@ def test_in_a_fit_the_handler_runs_after_the_next_batch_not_inside_the_callback(
             enable_progress_bar=False,
             accelerator="cpu",
         )
-        with pytest.raises(SystemExit):
+        with pytest.raises(LeftForRequeue):
             trainer.fit(BoringModel())
     assert calls == [{"signum": SIG, "busy": False}]
     assert signal.getsignal(SIG) is exits_like_submitit[0]
     # the first step boundary after the signal (sent after step 4's validation): step 5
     assert state["sent"] == 4 and trainer.global_step == 5
+
+
+# `train` with a stand-in for submitit's handler on USR2, and a callback that sends USR2 after
+# training step 3 (from a module the test writes: Hydra instantiates it by name)
+_SUBMITIT_LIKE = """
+import runpy, signal, sys
+signal.signal(signal.SIGUSR2, lambda signum, frame: sys.exit(-1))  # requeued; now leave
+runpy.run_module("polymimic_train", run_name="__main__")
+"""
+_PROBE = """
+import os, signal
+import lightning.pytorch as pl
+
+class SignalAtStep(pl.Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGUSR2)
+"""
+
+
+def test_a_run_left_for_its_requeue_is_recorded_requeued_not_failed(
+    tmp_path, train_argv, train_environment
+):
+    """Between a requeued job's lives its `run.json` said `failed: SystemExit: -1`."""
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "requeue_probe.py").write_text(_PROBE)
+    run_dir = tmp_path / "run"
+    argv = train_argv(
+        f"hydra.run.dir={run_dir}",
+        "data.synthetic.episodes=4",
+        "data.synthetic.frames=20",
+        "trainer.max_steps=8",
+        "+callbacks.probe._target_=requeue_probe.SignalAtStep",
+        "+callbacks.probe.step=3",
+    )
+    assert argv[1:3] == ["-m", "polymimic_train"]
+    env = train_environment(tmp_path) | {"PYTHONPATH": str(tmp_path / "probe")}
+    result = subprocess.run(
+        [sys.executable, "-c", _SUBMITIT_LIKE, *argv[3:]],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 255, result.stderr[-3000:]  # sys.exit(-1), as the launcher
+    assert "acting on it at the next step boundary" in (run_dir / "app.log").read_text()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["state"] == "requeued" and record["requeues"] == 1, record
+    assert "error" not in record or record["error"] is None, record

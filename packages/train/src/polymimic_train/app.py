@@ -276,6 +276,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         summary = fit(cfg, run_dir, resume_from, data_cfg, episodes, policy)
         run_dirs.write_record(run_dir, "finished", steps=summary["steps"])
+    except run_dirs.LeftForRequeue:  # the launcher's requeue: the next life resumes this directory
+        requeues = run_dirs.read_record(run_dir).get("requeues", 0) + 1
+        run_dirs.write_record(run_dir, "requeued", requeues=requeues)
+        raise
     except BaseException as exc:
         run_dirs.write_record(run_dir, "failed", error=f"{type(exc).__name__}: {exc}")
         raise

@@ -25,12 +25,15 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
+
+from polymimic_train.runs.run_dirs import LeftForRequeue
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +88,7 @@ class DeferredSignal:
         if came and self._claim():
             if exc_type is None:  # the end of fit is a step boundary too
                 log.warning("%s: acting on it as fit ends", self.name)
-                self._handler(self.signum, None)
+                self._act(None)
             else:  # already unwinding: the launcher's signal changes nothing now
                 log.warning("%s came as fit failed: not acted on", self.name)
 
@@ -96,8 +99,7 @@ class DeferredSignal:
     def _note(self, signum: int, frame: FrameType | None) -> None:
         if self._overdue:  # re-sent by the watcher, which claimed it: act here and now
             self._overdue = False
-            assert self._handler is not None
-            self._handler(signum, frame)
+            self._act(frame)
         elif not self._noted.is_set():
             log.warning(
                 "caught %s: acting on it at the next step boundary (at most %.0f s from now)",
@@ -130,8 +132,28 @@ class DeferredSignal:
     def honour(self) -> None:
         """At a safe point, in the main thread: run the held handler, if a signal came."""
         if self._deferring and self._noted.is_set() and self._claim():
-            assert self._handler is not None
-            self._handler(self.signum, None)  # submitit's: checkpoint, requeue, sys.exit
+            self._act(None)
+
+    def _act(self, frame: FrameType | None) -> None:
+        """Run the launcher's handler (submitit's: checkpoint, requeue, `sys.exit`).
+
+        Its exit becomes a `LeftForRequeue`: the run's record says requeued. So does its
+        `scontrol requeue` killed by a signal: the requeue takes the job step down at once
+        (SIGTERM to every process in it, the command's own included), so the command may
+        die before it returns and the handler raises `CalledProcessError` instead of
+        exiting; the requeue has happened all the same (seen in tests-slurm).
+        """
+        assert self._handler is not None
+        try:
+            self._handler(self.signum, frame)
+        except SystemExit as exc:
+            raise LeftForRequeue(exc.code) from exc
+        except subprocess.CalledProcessError as exc:
+            if exc.returncode >= 0:  # the command failed: no requeue
+                raise
+            log.warning("%s: %s killed by signal %d as the step was taken down for its "
+                        "requeue", self.name, exc.cmd, -exc.returncode)  # fmt: skip
+            raise LeftForRequeue(-1) from exc
 
 
 class DeferredSignalCallback(pl.Callback):

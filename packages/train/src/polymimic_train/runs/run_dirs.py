@@ -2,10 +2,11 @@
 
 A new run directory is `<runs_root>/<name>/<YYYY-mm-dd_HH-MM-SS>_<6 hex>`, made with an
 exclusive mkdir, so two runs started in the same second never share one. `run.json`
-records the run's state (`running`, `finished`, `failed`), and a lock held while the run
-lives keeps a second process out of it. It is a POSIX record lock: the kernel drops it
-when the process dies, however it dies, and forked children (loader workers, which may
-outlive a killed parent by seconds) never hold it. `resume` chooses the directory:
+records the run's state (`running`, `finished`, `failed`, or `requeued` between a
+requeued job's lives), and a lock held while the run lives keeps a second process out of
+it. It is a POSIX record lock: the kernel drops it when the process dies, however it dies,
+and forked children (loader workers, which may outlive a killed parent by seconds) never
+hold it. `resume` chooses the directory:
 
 - `auto` (or null): a new directory; a requeued SLURM job re-enters its own (its config
   already names it) and resumes from its `checkpoints/last.ckpt`;
@@ -69,6 +70,14 @@ def read_record(run_dir: Path) -> dict[str, Any]:
         return json.loads((run_dir / RECORD).read_text())
     except (OSError, ValueError):
         return {}
+
+
+class LeftForRequeue(SystemExit):
+    """The launcher's handler ended the process to come back requeued.
+
+    submitit's `sys.exit` after `scontrol requeue`, raised by `runs.preemption`: the run's
+    record says `requeued`, not `failed`. Its exit code is the handler's.
+    """
 
 
 def write_record(run_dir: Path, state: str, **fields: Any) -> None:
@@ -301,6 +310,7 @@ def start(run_dir: Path, *, resumed_from: Path | None) -> RunLock:
         host=socket.gethostname(),
         resumed_from=str(resumed_from) if resumed_from else None,
         slurm_step=slurm_step(),
+        error=None,  # an earlier life's, resumed from
     )
     return lock
 
