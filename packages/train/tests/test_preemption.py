@@ -92,7 +92,7 @@ def test_a_signal_never_honoured_runs_where_the_process_is_after_the_grace(exits
         state["busy"] = True
         os.kill(os.getpid(), SIG)
         started = time.monotonic()
-        with pytest.raises(SystemExit):
+        with pytest.raises(LeftForRequeue):
             while time.monotonic() - started < 10:  # a long render with no step boundary
                 time.sleep(0.01)
         elapsed = time.monotonic() - started
@@ -103,7 +103,7 @@ def test_a_signal_never_honoured_runs_where_the_process_is_after_the_grace(exits
 def test_a_signal_held_as_the_work_ends_is_acted_on_there_once(exits_like_submitit):
     handler, calls, _ = exits_like_submitit
     deferred = DeferredSignal(SIG, grace_s=0.3)
-    with pytest.raises(SystemExit), deferred:
+    with pytest.raises(LeftForRequeue), deferred:
         os.kill(os.getpid(), SIG)
         time.sleep(0.05)
     assert calls == [{"signum": SIG, "busy": False}]
@@ -111,6 +111,16 @@ def test_a_signal_held_as_the_work_ends_is_acted_on_there_once(exits_like_submit
     time.sleep(0.6)  # past the grace: the watcher re-sends nothing
     deferred.honour()  # nor does a late boundary (a validation after fit) run it again
     assert len(calls) == 1
+
+
+def test_a_deferred_signal_is_used_once(exits_like_submitit):
+    _, calls, _ = exits_like_submitit
+    deferred = DeferredSignal(SIG, grace_s=30)
+    with deferred:
+        pass
+    with pytest.raises(RuntimeError, match="once"), deferred:
+        pass
+    assert calls == []
 
 
 def test_a_signal_held_as_the_work_fails_is_not_acted_on(exits_like_submitit):

@@ -169,3 +169,15 @@ def test_a_requeued_slurm_job_resumes_in_its_own_directory_whatever_resume_says(
     # outside SLURM, the same directory is just a run with a checkpoint
     monkeypatch.delenv("SLURM_JOB_ID")
     assert run_dirs.checkpoint_to_resume(str(elsewhere), first) == elsewhere
+
+
+def test_a_new_life_keeps_the_requeue_count_and_drops_an_earlier_error(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dirs.start(run_dir, resumed_from=None).release()
+    run_dirs.write_record(run_dir, "requeued", requeues=1)
+    run_dirs.write_record(run_dir, "failed", error="SIGTERMException: ")  # a later life
+    run_dirs.start(run_dir, resumed_from=run_dir / "checkpoints" / "last.ckpt").release()
+    record = run_dirs.read_record(run_dir)
+    assert record["state"] == "running" and record["requeues"] == 1
+    assert record["error"] is None  # the earlier life's, not this one's
+    assert record["resumed_from"].endswith("last.ckpt")

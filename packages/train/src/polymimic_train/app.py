@@ -202,21 +202,23 @@ def fit(
         reap_stale_gpu_processes()  # once per node: every node's GPUs, not only node 0's
     fit_torch_threads()  # a container's CPU quota, not the host's cores
     pl.seed_everything(cfg.seed, workers=True)
-    datamodule, module = components(cfg, data_cfg, episodes, policy)
-    callbacks, loggers = _callbacks_and_loggers(cfg)
     # a launcher's requeue signal (submitit's) acts between steps, not mid-computation
     preemption = DeferredSignal(launcher_signal(), grace_s=cfg.preemption_grace_s)
-    callbacks.append(DeferredSignalCallback(preemption))
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
-    if trainer.is_global_zero:
-        record_run_start(run_dir, cfg, {n: s.to_json() for n, s in datamodule.norm_stats.items()})
     with preemption:
+        datamodule, module = components(cfg, data_cfg, episodes, policy)
+        callbacks, loggers = _callbacks_and_loggers(cfg)
+        callbacks.append(DeferredSignalCallback(preemption))
+        trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+        if trainer.is_global_zero:
+            stats = {n: s.to_json() for n, s in datamodule.norm_stats.items()}
+            record_run_start(run_dir, cfg, stats)
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
-    if module.validated_at_step != trainer.global_step:  # the summary is of the final weights
-        trainer.validate(module, datamodule=datamodule, verbose=False)
-    summary = summarise(trainer, run_dir)
+        if module.validated_at_step != trainer.global_step:  # the summary: the final weights
+            trainer.validate(module, datamodule=datamodule, verbose=False)
+        summary = summarise(trainer, run_dir)
+        if trainer.is_global_zero:
+            write_json_atomic(run_dir / "summary.json", summary)
     if trainer.is_global_zero:
-        write_json_atomic(run_dir / "summary.json", summary)
         print(f"run dir: {run_dir.resolve()}")
         print(
             f"val_action_error {summary['val_action_error']:.4f} vs predict-the-mean "

@@ -11,13 +11,16 @@ function arguments`. The run then failed with an error instead of leaving for it
 requeue, submitit wrote that error as the job's result, and the launcher waiting on the
 job gave up.
 
-`DeferredSignal`, around `trainer.fit`, takes the signal instead, notes it, and runs the
-launcher's own handler at the next step boundary (`DeferredSignalCallback`: after a
-training or validation batch), where nothing is half done, or at the end of fit. Work
-between boundaries can be long (a video render, a closed-loop evaluation): if the note is
-not honoured within `grace_s`, the handler runs where the process is, as before, since a
-late requeue beats none. The handler runs at most once. The loader's workers ignore the
-signal (polymimic-data's worker setup, under Slurm): the process that trains acts for them.
+`DeferredSignal`, around a run's work (`app.fit`: data preparation, `trainer.fit`, the
+final validation and summary), takes the signal instead, notes it, and runs the launcher's
+own handler at the next step boundary (`DeferredSignalCallback`: after a training or
+validation batch), where nothing is half done, or as the work ends. Work between
+boundaries can be long (data preparation, a video render, a closed-loop evaluation): if
+the note is not honoured within `grace_s`, the handler runs where the process is, as
+before, since a late requeue beats none. The handler runs at most once. Its exit is a
+`LeftForRequeue`, which `app.run` records as `requeued` rather than `failed`. The loader's
+workers ignore the signal (polymimic-data's worker setup, under Slurm): the process that
+trains acts for them.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ class DeferredSignal:
         return signal.Signals(self.signum).name
 
     def __enter__(self) -> DeferredSignal:
+        if self._closed.is_set():
+            raise RuntimeError("a DeferredSignal holds one signal, once: make a new one")
         current = signal.getsignal(self.signum)
         if callable(current) and threading.current_thread() is threading.main_thread():
             self._handler, self._deferring = current, True
@@ -79,18 +84,22 @@ class DeferredSignal:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if not self._deferring:
             return
-        self._deferring = False
         assert self._handler is not None
-        signal.signal(self.signum, self._handler)
-        came = self._noted.is_set()
-        self._closed.set()
+        with self._lock:  # the watcher sends nothing from here on
+            try:  # a signal it sent is run by `_note` on this call at the latest (Python
+                self._closed.set()  # runs pending handlers as a Python function starts)
+            finally:
+                signal.signal(self.signum, self._handler)
+            act = self._noted.is_set() and not self._claimed
+            self._claimed = True
+        self._deferring = False
         self._noted.set()  # the watcher wakes, sees the context closed and ends
-        if came and self._claim():
-            if exc_type is None:  # the end of fit is a step boundary too
-                log.warning("%s: acting on it as fit ends", self.name)
+        if act:
+            if exc_type is None:  # the end of the work is a step boundary too
+                log.warning("%s: acting on it as the run ends", self.name)
                 self._act(None)
             else:  # already unwinding: the launcher's signal changes nothing now
-                log.warning("%s came as fit failed: not acted on", self.name)
+                log.warning("%s came as the run failed: not acted on", self.name)
 
     @property
     def active(self) -> bool:
@@ -113,13 +122,13 @@ class DeferredSignal:
         self._noted.wait()
         if self._closed.wait(timeout=self.grace_s):
             return
-        with self._lock:
-            if self._claimed:  # honoured meanwhile
+        with self._lock:  # sent under the lock: `__exit__` cannot restore the handler between
+            if self._claimed or self._closed.is_set():  # honoured or ended meanwhile
                 return
             self._claimed = self._overdue = True
-        log.warning("%s not honoured within %.0f s: running it where it lands", self.name,
-                    self.grace_s)  # fmt: skip
-        os.kill(os.getpid(), self.signum)
+            log.warning("%s not honoured within %.0f s: running it where it lands",
+                        self.name, self.grace_s)  # fmt: skip
+            os.kill(os.getpid(), self.signum)
 
     def _claim(self) -> bool:
         """Whether this caller is the one to run the launcher's handler (first come)."""
@@ -141,7 +150,9 @@ class DeferredSignal:
         `scontrol requeue` killed by a signal: the requeue takes the job step down at once
         (SIGTERM to every process in it, the command's own included), so the command may
         die before it returns and the handler raises `CalledProcessError` instead of
-        exiting; the requeue has happened all the same (seen in tests-slurm).
+        exiting; the requeue has happened all the same (seen in tests-slurm). That is a
+        reading of the evidence: a `scancel` or the hard time limit at that very moment
+        would also kill the command, and be recorded as a requeue with no next life.
         """
         assert self._handler is not None
         try:

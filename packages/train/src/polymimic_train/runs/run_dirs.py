@@ -76,7 +76,8 @@ class LeftForRequeue(SystemExit):
     """The launcher's handler ended the process to come back requeued.
 
     submitit's `sys.exit` after `scontrol requeue`, raised by `runs.preemption`: the run's
-    record says `requeued`, not `failed`. Its exit code is the handler's.
+    record says `requeued`, not `failed`. Its exit code is the handler's (-1 where the
+    requeue command was killed before the handler could exit).
     """
 
 
