@@ -38,6 +38,11 @@ CASES = {
         "data.datasets.eva_bimanual.weight: must be a number, 0 or more (0: held out of "
         "training), got -1",
     ),
+    "loss_weight": (
+        ["+data.datasets.eva_bimanual.loss_weight=0"],
+        "data.datasets.eva_bimanual.loss_weight: must be a number above 0 (its loss's weight "
+        "in each step's mean over the embodiments; 1 by default), got 0",
+    ),
     "held_out_under_ddp": (
         ["data=synthetic_cotrain", "data.datasets.aria_bimanual.weight=0", "trainer=ddp"],
         "data.datasets.aria_bimanual.weight: 0 (held out of training) leaves its stems without "

@@ -151,6 +151,7 @@ def components(
         val_sample_seed=cfg.val_sample_seed,
         augmentation=ImageAugmentation(**augment) if augment else None,
         record=None if normalizer is not None else _policy_record(data_cfg, policy, datamodule),
+        loss_weights=datamodule.loss_weights(),
         **cfg.optim,
     )
     return datamodule, module

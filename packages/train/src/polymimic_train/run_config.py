@@ -79,7 +79,7 @@ def _check_numbers(cfg: DictConfig) -> None:
 
 
 def _check_datasets(data: DictConfig, *, resolved: bool = True) -> None:
-    """Each dataset's embodiment, layout, cameras and weight.
+    """Each dataset's embodiment, layout, cameras, weight and loss weight.
 
     Before its episodes are resolved (`resolved=False`), a dataset whose embodiment is
     `auto` or not yet registered (episodes may declare it) is left for the check after.
@@ -125,6 +125,16 @@ def _check_datasets(data: DictConfig, *, resolved: bool = True) -> None:
             raise ConfigError(
                 f"{where}.weight: must be a number, 0 or more (0: held out of training), "
                 f"got {weight!r}"
+            )
+        loss_weight = spec.get("loss_weight", 1.0)
+        if (
+            isinstance(loss_weight, bool)
+            or not isinstance(loss_weight, int | float)
+            or not loss_weight > 0
+        ):
+            raise ConfigError(
+                f"{where}.loss_weight: must be a number above 0 (its loss's weight in each "
+                f"step's mean over the embodiments; 1 by default), got {loss_weight!r}"
             )
     if all(spec.get("weight", 1.0) == 0 for spec in datasets.values()):
         raise ConfigError(

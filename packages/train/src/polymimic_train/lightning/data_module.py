@@ -160,6 +160,14 @@ class EmbodimentDataModule(pl.LightningDataModule):
         batch = int(self.cfg["batch_size"])
         return {n: max(1, round(batch * w / total)) if w else 0 for n, w in weights.items()}
 
+    def loss_weights(self) -> dict[str, float]:
+        """Each dataset's `loss_weight` (1 by default): its loss's weight in a step's mean.
+
+        `weight` sets how many of a step's samples a dataset gets; this sets how much its
+        loss counts, whatever its share (a noisy embodiment's loss can swamp a clean one's).
+        """
+        return {n: float(self.cfg["datasets"][n].get("loss_weight", 1.0)) for n in self.train_sets}
+
     def train_dataloader(self) -> CombinedLoader:
         loaders = {
             n: self._loader(n, self.train_sets[n], shuffle=True, batch_size=size)

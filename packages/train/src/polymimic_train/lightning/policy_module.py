@@ -33,6 +33,7 @@ class PolicyModule(pl.LightningModule):
         val_sample_seed: int = 0,
         augmentation: nn.Module | None = None,
         record: Mapping[str, Any] | None = None,
+        loss_weights: Mapping[str, float] | None = None,
     ) -> None:
         super().__init__()
         self.record = dict(record or {})  # plain data for every checkpoint (trained_policy)
@@ -47,6 +48,7 @@ class PolicyModule(pl.LightningModule):
         self.warmup_steps = warmup_steps
         self.val_sample_seed = val_sample_seed
         self.augmentation = augmentation  # on the device, batched; a no-op in eval mode
+        self.loss_weights = dict(loss_weights or {})  # per embodiment; 1 where not given
         # Pooled over every validation loader (embodiment) and synced over ranks.
         self.val_error, self.val_baseline = MeanMetric(), MeanMetric()
         self.validated_at_step: int | None = None  # the step the logged metrics belong to
@@ -56,7 +58,7 @@ class PolicyModule(pl.LightningModule):
             checkpoint["polymimic"] = self.record
 
     def training_step(self, batches: Mapping[str, dict[str, Any]], batch_idx: int) -> torch.Tensor:
-        total = torch.zeros((), device=self.device)
+        total, weights = torch.zeros((), device=self.device), 0.0
         for name, batch in batches.items():
             if self.augmentation is not None:
                 batch = batch | {
@@ -66,8 +68,9 @@ class PolicyModule(pl.LightningModule):
             size = batch["state"].shape[0]
             for key, value in parts.items():
                 self.log(f"train/{name}/{key}", value, batch_size=size)
-            total = total + parts["loss"]
-        loss = total / len(batches)
+            weight = self.loss_weights.get(name, 1.0)
+            total, weights = total + weight * parts["loss"], weights + weight
+        loss = total / weights  # the embodiments' losses, each by its loss weight
         self.log("train/loss", loss, prog_bar=True, batch_size=1)
         return loss
 
