@@ -78,6 +78,11 @@ def _check_numbers(cfg: DictConfig) -> None:
         raise ConfigError(f"name: letters, digits, '.', '_' and '-' only; got {name!r}")
 
 
+def _is_number(value: Any) -> bool:
+    """An int or a float, not a bool (YAML's `true` is an int to isinstance)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _check_datasets(data: DictConfig, *, resolved: bool = True) -> None:
     """Each dataset's embodiment, layout, cameras, weight and loss weight.
 
@@ -121,17 +126,13 @@ def _check_datasets(data: DictConfig, *, resolved: bool = True) -> None:
                 f"choose from {list(embodiment.cameras)}"
             )
         weight = spec.get("weight", 1.0)
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+        if not _is_number(weight) or weight < 0:
             raise ConfigError(
                 f"{where}.weight: must be a number, 0 or more (0: held out of training), "
                 f"got {weight!r}"
             )
         loss_weight = spec.get("loss_weight", 1.0)
-        if (
-            isinstance(loss_weight, bool)
-            or not isinstance(loss_weight, int | float)
-            or not loss_weight > 0
-        ):
+        if not _is_number(loss_weight) or not loss_weight > 0:
             raise ConfigError(
                 f"{where}.loss_weight: must be a number above 0 (its loss's weight in each "
                 f"step's mean over the embodiments; 1 by default), got {loss_weight!r}"

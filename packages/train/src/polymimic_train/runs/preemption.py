@@ -59,8 +59,7 @@ class DeferredSignal:
 
     def __init__(self, signum: int, *, grace_s: float = 60.0) -> None:
         self.signum, self.grace_s = signum, grace_s
-        self._handler: Handler | None = None  # the launcher's: put back on exit
-        self._deferring = False
+        self._handler: Handler | None = None  # the launcher's, while deferring: put back on exit
         self._lock = threading.Lock()  # never taken in the signal handler
         self._noted = threading.Event()  # the signal came (set on exit too: wakes the watcher)
         self._closed = threading.Event()  # the context ended
@@ -76,15 +75,14 @@ class DeferredSignal:
             raise RuntimeError("a DeferredSignal holds one signal, once: make a new one")
         current = signal.getsignal(self.signum)
         if callable(current) and threading.current_thread() is threading.main_thread():
-            self._handler, self._deferring = current, True
+            self._handler = current
             signal.signal(self.signum, self._note)
             threading.Thread(target=self._watch, name="deferred-signal", daemon=True).start()
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
-        if not self._deferring:
+        if self._handler is None:  # nothing was deferred
             return
-        assert self._handler is not None
         with self._lock:  # the watcher sends nothing from here on
             try:  # a signal it sent is run by `_note` on this call at the latest (Python
                 self._closed.set()  # runs pending handlers as a Python function starts)
@@ -92,7 +90,6 @@ class DeferredSignal:
                 signal.signal(self.signum, self._handler)
             act = self._noted.is_set() and not self._claimed
             self._claimed = True
-        self._deferring = False
         self._noted.set()  # the watcher wakes, sees the context closed and ends
         if act:
             if exc_type is None:  # the end of the work is a step boundary too
@@ -103,7 +100,7 @@ class DeferredSignal:
 
     @property
     def active(self) -> bool:
-        return self._deferring
+        return self._handler is not None and not self._closed.is_set()
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         if self._overdue:  # re-sent by the watcher, which claimed it: act here and now
@@ -140,7 +137,7 @@ class DeferredSignal:
 
     def honour(self) -> None:
         """At a safe point, in the main thread: run the held handler, if a signal came."""
-        if self._deferring and self._noted.is_set() and self._claim():
+        if self.active and self._noted.is_set() and self._claim():
             self._act(None)
 
     def _act(self, frame: FrameType | None) -> None:
