@@ -175,6 +175,40 @@ def h2r_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
     return "\n".join(rows)
 
 
+H2R_ARMS = {"robot": "robot only", "cotrain": "robot + hands (cotrain)",
+            "pretrain": "hands pretrain -> robot fine-tune",
+            "shuffled": "shuffled hands (control)", "hands": "hands alone (N = 0)"}  # fmt: skip
+
+
+def h2r_grid(results: list[tuple[Path, dict[str, Any]]]) -> str:
+    """The issue's view of the same cells: per task, robot demonstrations by arm, each
+    measured variant (the cell's tag: `shared`, `bs48`, a training seed) in its place."""
+    for path, r in results:
+        _require(path, r, ("arm", *H2R_KEYS))
+    blocks = []
+    for task in sorted({r["task"] for _, r in results}):
+        cells = [r for _, r in results if r["task"] == task]
+        arms = [arm for arm in H2R_ARMS if any(r["arm"] == arm for r in cells)]
+        rows = [f"**{task}** (success, 95% Wilson, of {cells[0]['episodes']} held-out seeds; "
+                "a variant's tag after it)", "", *_header(
+                    "robot demos N | " + " | ".join(H2R_ARMS[a] for a in arms))]  # fmt: skip
+        for n in sorted({r["robot_demos"] for r in cells}):
+            entries = []
+            for arm in arms:
+                found = sorted((r for r in cells if r["arm"] == arm and r["robot_demos"] == n),
+                               key=lambda r: r["cell"])  # fmt: skip
+                entries.append("<br>".join(_grid_entry(r) for r in found) or "-")
+            rows.append(f"| {n} | " + " | ".join(entries) + " |")
+        blocks.append("\n".join(rows))
+    return "\n\n".join(blocks) if blocks else "No human-to-robot cell recorded yet."
+
+
+def _grid_entry(r: dict[str, Any]) -> str:
+    low, high = r["wilson95"]
+    tag = r["cell"].removeprefix(f"{r['arm']}_n{r['robot_demos']}").lstrip("_")
+    return f"**{r['successes']}** ({100 * low:.0f}-{100 * high:.0f})" + (f" `{tag}`" if tag else "")
+
+
 def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
     """The headline figures (closed_loop.py), one row each, with the field's beside them."""
     if not results:
@@ -202,6 +236,7 @@ def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
 # README table name -> (the README, the results' folder, the renderer)
 TABLES: dict[str, tuple[Path, Path, Callable[[list[tuple[Path, dict[str, Any]]]], str]]] = {
     "h2r": (ROOT / "packages" / "sim" / "README.md", RESULTS / "h2r", h2r_table),
+    "h2r_grid": (ROOT / "packages" / "sim" / "README.md", RESULTS / "h2r", h2r_grid),
     "closed_loop": (
         ROOT / "packages" / "sim" / "README.md",
         RESULTS / "closed_loop",

@@ -85,6 +85,23 @@ def test_rows_are_ordered_by_task_and_robot_demonstrations(
     assert [row.split(" | ")[1] for row in rows] == ["cotrain_n10", "robot_n10", "robot_n50"]
 
 
+def test_the_grid_puts_each_cell_by_robot_demonstrations_and_arm_with_its_variants(
+    headline: ModuleType, tmp_path: Path
+) -> None:
+    cells = [("robot_n50", "robot", 50, 97), ("cotrain_n10_shared_s1", "cotrain", 10, 76),
+             ("cotrain_n10_shared", "cotrain", 10, 77), ("robot_n10", "robot", 10, 50)]  # fmt: skip
+    for cell, arm, n, successes in cells:
+        line = _cell(cell=cell, arm=arm, robot_demos=n, successes=successes)
+        headline.save(line, tmp_path / f"{cell}.json", commit="c")
+    lines = headline.h2r_grid(headline.load(tmp_path)).splitlines()
+    assert lines[0].startswith("**aloha_ee/transfer_cube**")
+    assert lines[2] == "| robot demos N | robot only | robot + hands (cotrain) |"
+    ten, fifty = lines[4:]
+    # both variants in their place, by name; the cell's interval as whole percents
+    assert ten == "| 10 | **50** (26-44) | **77** (26-44) `shared`<br>**76** (26-44) `shared_s1` |"
+    assert fifty == "| 50 | **97** (26-44) | - |"  # not measured: a dash, never a guess
+
+
 def test_a_result_missing_a_figure_is_named(headline: ModuleType, tmp_path: Path) -> None:
     line = _cell()
     del line["strict_wilson95"]
