@@ -9,6 +9,7 @@ interrupted one is resumed from its last checkpoint by the app (resume=auto).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -56,6 +57,27 @@ def _model_choice(run_dir: Path) -> str | None:
     return OmegaConf.load(hydra).hydra.runtime.choices.get("model")
 
 
+# a run's per-embodiment figures (its summary's `metrics`), by the key each is logged under
+EMBODIMENT_FIGURES = {
+    "val_action_error": re.compile(r"val/(.+)/action_error"),
+    "val_baseline_action_error": re.compile(r"val/(.+)/baseline_action_error"),
+    "train_flow_loss": re.compile(r"train/(.+)/flow_loss"),
+}
+
+
+def embodiment_figures(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Each embodiment's own validation error, its mean-predicting baseline and its last
+    training flow loss: a cotrained run's `val_action_error` is the mean over all of them,
+    which says little of the robot's own."""
+    found: dict[str, dict[str, float]] = {}
+    for key, value in metrics.items():
+        for figure, pattern in EMBODIMENT_FIGURES.items():
+            match = pattern.fullmatch(key)
+            if match:
+                found.setdefault(match[1], {})[figure] = value
+    return found
+
+
 def train_and_evaluate(
     cell: str,
     roots: list[Path],
@@ -96,6 +118,7 @@ def train_and_evaluate(
         "model": _model_choice(runs),
         "val_action_error": trained.get("val_action_error"),
         "baseline_action_error": trained.get("baseline_action_error"),
+        "by_embodiment": embodiment_figures(trained.get("metrics", {})),
         "successes": summary["successes"],
         "episodes": summary["episodes"],
         "wilson95": summary["success_rate_wilson95"],
