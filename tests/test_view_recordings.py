@@ -49,6 +49,27 @@ def test_a_sim_recorded_episode_opens_with_its_frames_and_poses(tmp_path: Path) 
     np.testing.assert_allclose(shown, reader.read_numeric("right.cmd_ee_pose")[:, :3], rtol=1e-6)
 
 
+def test_a_joint_driven_sim_episode_names_its_joints(tmp_path: Path) -> None:
+    """sim/aloha stores 14 joints in one key, unnamed in its features: the channels its
+    embodiment declares name the series (`left_waist`), not their indices."""
+    from polymimic_sim import record
+
+    record("aloha/transfer_cube", tmp_path / "sim", episodes=1, image_size=(24, 32),
+           progress=False)  # fmt: skip
+    (episode,) = resolve_episodes(tmp_path / "sim")
+    reader = EpisodeReader(episode.path)
+    dest = save_recording([episode.path], tmp_path / "joints.rrd", progress=False)
+    store = _read_back(dest)
+    schema = "\n".join(str(c) for c in store.schema())
+    root = f"/episodes/{reader.hash}"
+    for key, column in (("observation.state", 0), ("action", 13)):
+        name = "left_waist" if column == 0 else "right_gripper"
+        entity = f"{root}/{key.replace('.', '/')}/{name}"
+        values = [v[0] for v in _column(store, entity, "Scalars:scalars")]
+        np.testing.assert_allclose(values, reader.read_numeric(key)[:, column], rtol=1e-6)
+    assert f"{root}/observation/state/0:" not in schema  # no series left named by index
+
+
 def test_a_lerobot_import_opens_with_its_named_channels(tmp_path: Path) -> None:
     pytest.importorskip("av", reason="the lerobot extra")
     from polymimic_data.lerobot import import_lerobot

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from polymimic_data.embodiments.declared import DECLARATION
 from polymimic_data.episodes.bad_values import frame_faults
 from polymimic_data.episodes.checks import decodes
 from polymimic_data.store.episode_store import EpisodeReader
@@ -120,11 +121,22 @@ def log_chunk(rec: Any, entity: str, start: float, actions: Any, *, spacing: flo
 
 
 def channel_names(reader: EpisodeReader, key: str, width: int) -> list[str]:
-    """Names of a key's channels: the stored feature's names, else by the key's kind."""
+    """Names of a key's channels.
+
+    The stored feature's names, else those the episode's embodiment declares for its one
+    state or action key (polymimic-sim's joint-driven ALOHA: `left_waist`, ...), else by the
+    key's kind.
+    """
     features = reader.attrs.get("features") or {}
     named = (features.get(key) or {}).get("names")
     if named and len(named) == width:
         return [str(n) for n in named]
+    declared = reader.attrs.get(DECLARATION) or {}
+    channels = declared.get("channels") or []
+    for field in ("state", "actions"):  # the channels name a lone key's columns, in order
+        keys = [e if isinstance(e, str) else e[0] for e in declared.get(field) or []]
+        if keys == [key] and len(channels) == width:
+            return [str(n) for n in channels]
     if key.endswith("_pose") and width == 7:
         return list(QUATERNION_NAMES)
     if key.endswith("_keypoints") and width % 3 == 0:
