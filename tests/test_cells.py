@@ -26,7 +26,8 @@ def test_each_embodiments_figures_are_kept_by_its_name_slashes_and_all() -> None
         "train/sim/aloha_ego_masked/flow_loss": 0.037, "train/sim/hands/flow_loss": 0.76,
         "train/sim/hands/loss": 0.76, "val/sim/hands/left_position_error": 0.016,
     }  # fmt: skip
-    assert _cells().embodiment_figures(metrics) == {
+    cells = _cells()
+    assert cells.embodiment_figures(metrics) == {
         "sim/aloha_ego_masked": {
             "val_action_error": 0.0072, "val_baseline_action_error": 0.08,
             "train_flow_loss": 0.037,
@@ -36,4 +37,4 @@ def test_each_embodiments_figures_are_kept_by_its_name_slashes_and_all() -> None
             "train_flow_loss": 0.76,
         },
     }  # fmt: skip
-    assert _cells().embodiment_figures({}) == {}  # a run with no metrics: none, not a failure
+    assert cells.embodiment_figures({}) == {}  # a run with no metrics: none, not a failure

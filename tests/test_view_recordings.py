@@ -62,8 +62,10 @@ def test_a_joint_driven_sim_episode_names_its_joints(tmp_path: Path) -> None:
     store = _read_back(dest)
     schema = "\n".join(str(c) for c in store.schema())
     root = f"/episodes/{reader.hash}"
-    for key, column in (("observation.state", 0), ("action", 13)):
-        name = "left_waist" if column == 0 else "right_gripper"
+    for key, column, name in (
+        ("observation.state", 0, "left_waist"),
+        ("action", 13, "right_gripper"),
+    ):
         entity = f"{root}/{key.replace('.', '/')}/{name}"
         values = [v[0] for v in _column(store, entity, "Scalars:scalars")]
         np.testing.assert_allclose(values, reader.read_numeric(key)[:, column], rtol=1e-6)

@@ -179,3 +179,18 @@ def declared_names(attrs_of_episodes: Iterable[Mapping[str, Any]]) -> list[str]:
         if name and name not in names:
             names.append(name)
     return names
+
+
+def declared_channel_names(attrs: Mapping[str, Any], key: str, width: int) -> list[str] | None:
+    """The channel names an episode's declaration gives `key`, or None.
+
+    A declaration's `channels` (written by polymimic-sim and the LeRobot importer) name the
+    columns of its state or its actions when that side is one store key of `width` columns.
+    """
+    declaration = attrs.get(DECLARATION) or {}
+    channels = declaration.get("channels") or []
+    for field in ("state", "actions"):
+        entries = [_entry(e) for e in declaration.get(field) or []]
+        if [e[0] if e else None for e in entries] == [key] and len(channels) == width:
+            return [str(n) for n in channels]
+    return None

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_data.embodiments.declared import DECLARATION
+from polymimic_data.embodiments.declared import declared_channel_names
 from polymimic_data.episodes.bad_values import frame_faults
 from polymimic_data.episodes.checks import decodes
 from polymimic_data.store.episode_store import EpisodeReader
@@ -131,12 +131,9 @@ def channel_names(reader: EpisodeReader, key: str, width: int) -> list[str]:
     named = (features.get(key) or {}).get("names")
     if named and len(named) == width:
         return [str(n) for n in named]
-    declared = reader.attrs.get(DECLARATION) or {}
-    channels = declared.get("channels") or []
-    for field in ("state", "actions"):  # the channels name a lone key's columns, in order
-        keys = [e if isinstance(e, str) else e[0] for e in declared.get(field) or []]
-        if keys == [key] and len(channels) == width:
-            return [str(n) for n in channels]
+    declared = declared_channel_names(reader.attrs, key, width)
+    if declared is not None:
+        return declared
     if key.endswith("_pose") and width == 7:
         return list(QUATERNION_NAMES)
     if key.endswith("_keypoints") and width % 3 == 0:
