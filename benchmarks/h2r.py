@@ -13,10 +13,13 @@ driven by end-effector poses as the hands move (seen from the `top` camera);
 `aloha_ego/<task>`, the same seen as eva sees, through a camera on its head at the person's
 viewpoint (EgoMimic's setting: one viewpoint for both, the appearance gap kept);
 `aloha_ego_masked/<task>`, that robot with its arms masked as the hands' are drawn
-(EgoMimic's arm masking: the appearance gap closed); or `aloha/<task>`, driven by joints,
+(EgoMimic's arm masking: the appearance gap closed); `aloha/<task>`, driven by joints,
 whose actions share nothing with the hands' (the trunk and the image stem are what they
-share). Then for each N in `--robot-demos` and each arm it trains a policy and evaluates it
-on the robot in closed loop over `--eval-episodes` held-out seeds (1000 on):
+share); or `aloha_joints_ego_masked/<task>`, that joint-driven robot seen as
+`aloha_ego_masked/<task>` is (its frames alike, only the action space apart: does a
+person's data help across action spaces?). Then for each N in `--robot-demos` and each
+arm it trains a policy and evaluates it on the robot in closed loop over `--eval-episodes`
+held-out seeds (1000 on):
 
 - `robot`: the first N robot demonstrations alone (data=sim_aloha_ee_transfer_cube, or
   sim_aloha_transfer_cube for the joints);
@@ -76,6 +79,7 @@ ROBOTS = {
     "aloha_ego": ("sim_aloha_ee_transfer_cube", "aloha_ee", "front_1"),  # eva's head camera
     "aloha_ego_masked": ("sim_aloha_ee_transfer_cube", "aloha_ee", "front_1"),  # arms masked
     "aloha": ("sim_aloha_transfer_cube", "aloha", "top"),
+    "aloha_joints_ego_masked": ("sim_aloha_transfer_cube", "aloha", "front_1"),  # as masked
 }
 # the policy trained on the hands alone: pretrain's start and the N = 0 control, one run
 HANDS_ALONE, HANDS_DATA = "hands_pretrain", "sim_hands_transfer_cube"
@@ -243,7 +247,8 @@ def main() -> None:
         parser.error(f"--task: the robot the hands transfer to, aloha_ee/<task> (its poses, as "
                      f"the hands'), aloha_ego/<task> (the same, seeing from the hands' "
                      f"viewpoint), aloha_ego_masked/<task> (that, its arms masked as the "
-                     f"hands') or aloha/<task> (its joints), got {opts.task}")  # fmt: skip
+                     f"hands'), aloha/<task> (its joints) or aloha_joints_ego_masked/<task> "
+                     f"(joints, seen as the masked one), got {opts.task}")  # fmt: skip
     data, dataset, camera = ROBOTS[family]
     if "hands" in arms and family != "aloha_ego_masked":
         parser.error(f"--arms hands: the hands-trained policy drives the masked robot in "

@@ -131,8 +131,11 @@ def test_aloha_ego_sees_from_the_persons_viewpoint_and_gives_poses_in_its_frame(
         hands.close()
     with pytest.raises(ValueError, match=r"'front_1' is the model's 'angle' camera moved"):
         make_task("aloha_ego/transfer_cube", image_size=SIZE, cameras=["front_1", "angle"])
-    with pytest.raises(ValueError, match=r"the robot that carries it is aloha_ego/transfer_cube"):
-        make_task("aloha_ee/transfer_cube", image_size=SIZE, cameras=["front_1"])
+    for task in ("aloha_ee/transfer_cube", "aloha/transfer_cube"):
+        with pytest.raises(
+            ValueError, match=r"the robots that carry it are aloha_ego/transfer_cube"
+        ):
+            make_task(task, image_size=SIZE, cameras=["front_1"])
 
 
 def test_aloha_ego_masked_draws_the_robot_as_the_hands_are_drawn() -> None:
@@ -162,6 +165,46 @@ def test_aloha_ego_masked_draws_the_robot_as_the_hands_are_drawn() -> None:
     assert object_poses("aloha/insertion", 3).shape == (2, 7)  # the peg, then the socket
     with pytest.raises(UnknownTaskError, match=r"object poses are known for ALOHA's tasks"):
         object_poses("metaworld/reach-v3", 3)
+
+
+def test_aloha_joints_ego_masked_sees_as_the_masked_robot_and_acts_by_its_joints(
+    tmp_path: Path,
+) -> None:
+    """The joint-driven robot of the action-space experiment: its frame at a reset is the
+    end-effector masked robot's (same head camera, same masking, same start), while its state,
+    actions and declaration are `aloha`'s 14 joints; its expert's episode does the task and
+    validates as its own embodiment."""
+    joints = make_task("aloha_joints_ego_masked/transfer_cube", image_size=SIZE)
+    masked = make_task("aloha_ego_masked/transfer_cube", image_size=SIZE)
+    drawn = make_task("aloha/transfer_cube", image_size=SIZE, cameras=["angle"])
+    try:
+        first = joints.reset(3)
+        seen = first["images"]["front_1"].astype(int)
+        assert np.abs(seen - masked.reset(3)["images"]["front_1"].astype(int)).mean() < 0.5
+        drawn.reset(3)  # the unmoved `angle` camera, the arms drawn: another picture
+        assert np.abs(seen - drawn.render()["angle"].astype(int)).mean() > 3
+        assert first["state"].shape == (14,)
+        declared = joints.declaration()  # type: ignore[attr-defined]
+        assert declared["name"] == "sim/aloha_joints_ego_masked"
+        assert declared["cameras"] == ["front_1"] and declared["actions"] == ["action"]
+        assert [g["kind"] for g in declared["groups"]] == ["joint", "gripper"] * 2
+        step = joints.step(first["state"])  # a joint target, as aloha/<task> takes
+        assert step.observation["state"].shape == (14,)
+        with pytest.raises(ValueError, match=r"an action is \(14,\)"):
+            joints.step(np.zeros(20))
+    finally:
+        for task in (joints, masked, drawn):
+            task.close()
+    name = "aloha_joints_ego_masked/transfer_cube"
+    assert task_embodiment(name) == "sim/aloha_joints_ego_masked"
+    report = record(name, tmp_path / "joints", episodes=1, image_size=SIZE, progress=False)
+    assert report.success_rate == 1.0  # the joint replay of the expert does the task
+    _validate(tmp_path / "joints")
+    (episode,) = resolve_episodes(tmp_path / "joints")
+    assert episode.embodiment == "sim/aloha_joints_ego_masked"
+    assert {"observation.state", "action", "images.front_1"} <= set(
+        EpisodeReader(episode.path).keys()
+    )
 
 
 def test_the_hands_episode_holds_what_human_data_holds(recorded) -> None:

@@ -39,20 +39,15 @@ from polymimic_data.geometry import convert
 from polymimic_sim.aloha_tasks import (
     HEAD_CAMERA,
     MAX_STEPS,
-    MUJOCO_HEAD_CAMERA,
     AlohaScene,
-    head_pose,
     mocap_plan,
 )
-from polymimic_sim.camera_frames import camera_pose, camera_to_world, place_camera, world_to_camera
-from polymimic_sim.hands_tasks import draw_as_hands
-from polymimic_sim.rendering import render_cameras
+from polymimic_sim.camera_frames import camera_pose, camera_to_world, world_to_camera
 from polymimic_sim.task_types import Step, observation_of
 
 EMBODIMENT = "sim/aloha_ee"
 EGO_EMBODIMENT = "sim/aloha_ego"
 MASKED_EMBODIMENT = "sim/aloha_ego_masked"
-DEFAULT_CAMERAS = ("top",)
 FRAME_CAMERA = "top"  # the camera whose frame the poses are in (the head camera's, with one)
 SIDES = ("left", "right")
 ARM_WIDTH = 10  # position 3, rot6d 6, gripper 1
@@ -111,40 +106,13 @@ class AlohaEndEffectorTask(AlohaScene):
     embodiment = EMBODIMENT
     family = "aloha_ee"
     end_effector = True
-    default_cameras: tuple[str, ...] = DEFAULT_CAMERAS
-    head_camera = False  # whether the robot carries the egocentric camera (aloha_ego)
 
     def __init__(self, task: str, **options: Any) -> None:
-        cameras = list(options.get("cameras") or self.default_cameras)
-        if HEAD_CAMERA in cameras and not self.head_camera:
-            raise ValueError(
-                f"cameras: {HEAD_CAMERA!r} is the camera on eva's head; the robot that carries "
-                f"it is aloha_ego/{task}"
-            )
-        if HEAD_CAMERA in cameras and MUJOCO_HEAD_CAMERA in cameras:
-            raise ValueError(
-                f"cameras: {HEAD_CAMERA!r} is the model's {MUJOCO_HEAD_CAMERA!r} camera moved to "
-                f"the robot's head; ask for one of them, got {cameras}"
-            )
-        super().__init__(task, **{**options, "cameras": cameras})  # image_size, cheap_rendering
+        super().__init__(task, **options)  # image_size, cameras, cheap_rendering
         self.fps = 50.0
-        self.head = head_pose() if self.head_camera else None
         self._camera = np.zeros(7)
         self._last = np.zeros(16)  # the last target sent (world frame)
         self._plan: tuple[np.ndarray, np.ndarray] | None = None
-
-    def mujoco_cameras(self) -> list[str]:
-        """The model's cameras drawn: the head camera is its `angle` one, moved."""
-        return [MUJOCO_HEAD_CAMERA if c == HEAD_CAMERA else c for c in self.cameras]
-
-    def render(self) -> dict[str, np.ndarray]:
-        """The cameras' frames of the current state, the head camera at the robot's head."""
-        data = self.env.physics.data.ptr
-        if HEAD_CAMERA in self.cameras and self.head is not None:
-            place_camera(self.model, data, self.model.camera(MUJOCO_HEAD_CAMERA).id, self.head)
-        drawn = self.mujoco_cameras()
-        frames = render_cameras(self.renderer, data, drawn)
-        return {c: frames[m] for c, m in zip(self.cameras, drawn, strict=True)}
 
     def declaration(self) -> dict[str, Any]:
         """Its episodes' embodiment: eva's keys, poses in a camera's frame, rot6d."""
@@ -235,7 +203,4 @@ class AlohaEgoMaskedTask(AlohaEgoTask):
 
     embodiment = MASKED_EMBODIMENT
     family = "aloha_ego_masked"
-
-    def __init__(self, task: str, **options: Any) -> None:
-        super().__init__(task, **options)
-        draw_as_hands(self.model)
+    masked = True

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from polymimic_data.geometry import matrix_to_quat
-from polymimic_sim.camera_frames import look_at
+from polymimic_sim.camera_frames import look_at, place_camera
 from polymimic_sim.rendering import (
     camera_renderer,
     ensure_headless_rendering,
@@ -62,6 +62,7 @@ from polymimic_sim.task_types import (
 )
 
 EMBODIMENT = "sim/aloha"
+JOINTS_MASKED_EMBODIMENT = "sim/aloha_joints_ego_masked"
 DEFAULT_CAMERAS = ("top",)
 # The egocentric camera: where a seated person's eyes would be, in front of the table,
 # looking down at where the hands work. A person carries it on the head (hands/<task>,
@@ -79,6 +80,7 @@ PROMPTS = {
     "transfer_cube": "pick up the cube with the right arm and hand it to the left arm",
     "insertion": "pick up the peg and the socket and insert the peg into the socket",
 }
+SKIN = (0.87, 0.67, 0.55, 1.0)  # how a masked robot's grippers and a person's hands are drawn
 _ARM = ["waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate"]
 CHANNELS = [f"{side}_{j}" for side in ("left", "right") for j in [*_ARM, "gripper"]]
 
@@ -369,6 +371,27 @@ def hide_mocap_sites(model: Any) -> None:
     model.site_rgba[:, 3] = 0.0
 
 
+def hand_geoms(model: Any) -> tuple[list[int], list[int]]:
+    """Geom ids of the arms (hidden) and of the grippers (the hands): each ViperX's bodies."""
+    arms, hands = [], []
+    for geom in range(model.ngeom):
+        body = model.body(model.geom_bodyid[geom]).name
+        if not body.startswith("vx300s_"):
+            continue
+        name = model.geom(geom).name
+        is_hand = body.endswith(("gripper_link", "finger_link")) and "bar" not in name
+        (hands if is_hand else arms).append(geom)
+    return arms, hands
+
+
+def draw_as_hands(model: Any) -> None:
+    """Arms transparent, grippers skin-coloured (rendering only: collisions are unchanged)."""
+    arms, hands = hand_geoms(model)
+    model.geom_matid[arms + hands] = -1
+    model.geom_rgba[arms, 3] = 0.0
+    model.geom_rgba[hands] = SKIN
+
+
 def head_pose(eye: np.ndarray = EYE, gaze: np.ndarray = GAZE) -> np.ndarray:
     """The egocentric camera's pose (7,: xyz, quaternion, project axes), level, at `eye`."""
     return np.concatenate([eye, matrix_to_quat(look_at(eye, gaze))])
@@ -379,12 +402,17 @@ class AlohaScene:
 
     Its name and prompt, the simulator with its objects placed from the seed, a renderer,
     the episode's seed and tick, `close`. A family (`aloha`, `aloha_ee`, `aloha_ego`,
-    `hands`, ...) sets `family` and `end_effector` (the mocap variant of the task, its
-    target markers hidden).
+    `hands`, ...) sets `family`, `end_effector` (the mocap variant of the task, its target
+    markers hidden), `head_camera` (the robot carries eva's head camera, `front_1`: the
+    model's `angle` camera moved to the person's viewpoint at `head`) and `masked` (the arms
+    drawn as a person's hands are: `draw_as_hands`).
     """
 
     family = "aloha"
     end_effector = False
+    default_cameras: tuple[str, ...] = DEFAULT_CAMERAS
+    head_camera = False
+    masked = False
     fps: float  # each family's rate of observations and actions
 
     def __init__(
@@ -401,12 +429,26 @@ class AlohaScene:
                 f"{task_names()}"
             )
         self.task, self.name, self.prompt = task, f"{self.family}/{task}", PROMPTS[task]
+        self.cameras = list(cameras or self.default_cameras)
+        if HEAD_CAMERA in self.cameras and not self.head_camera:
+            raise ValueError(
+                f"cameras: {HEAD_CAMERA!r} is the camera on eva's head; the robots that carry "
+                f"it are aloha_ego/{task}, aloha_ego_masked/{task} and "
+                f"aloha_joints_ego_masked/{task}"
+            )
+        if HEAD_CAMERA in self.cameras and MUJOCO_HEAD_CAMERA in self.cameras:
+            raise ValueError(
+                f"cameras: {HEAD_CAMERA!r} is the model's {MUJOCO_HEAD_CAMERA!r} camera moved to "
+                f"the robot's head; ask for one of them, got {self.cameras}"
+            )
+        self.head = head_pose() if self.head_camera else None
         self._poses: list[np.ndarray] = [object_poses(task, 0)]
         self.env = environment(task, self.end_effector, self._poses)
         self.model = self.env.physics.model.ptr
         if self.end_effector:
             hide_mocap_sites(self.model)
-        self.cameras = list(cameras or DEFAULT_CAMERAS)
+        if self.masked:
+            draw_as_hands(self.model)
         self.image_size = tuple(int(v) for v in image_size)
         self.renderer = camera_renderer(
             self.model, self.name, self.mujoco_cameras(), self.image_size, cheap_rendering
@@ -418,12 +460,17 @@ class AlohaScene:
         self._succeeded = False  # a standard success this episode
 
     def mujoco_cameras(self) -> list[str]:
-        """The model's cameras that `render` draws (the episodes' cameras, by default)."""
-        return self.cameras
+        """The model's cameras that `render` draws: the head camera is its `angle` one, moved."""
+        return [MUJOCO_HEAD_CAMERA if c == HEAD_CAMERA else c for c in self.cameras]
 
     def render(self) -> dict[str, np.ndarray]:
-        """The cameras' frames of the current state."""
-        return render_cameras(self.renderer, self.env.physics.data.ptr, self.cameras)
+        """The cameras' frames of the current state, the head camera at the robot's head."""
+        data = self.env.physics.data.ptr
+        if HEAD_CAMERA in self.cameras and self.head is not None:
+            place_camera(self.model, data, self.model.camera(MUJOCO_HEAD_CAMERA).id, self.head)
+        drawn = self.mujoco_cameras()
+        frames = render_cameras(self.renderer, data, drawn)
+        return {c: frames[m] for c, m in zip(self.cameras, drawn, strict=True)}
 
     def _observation(self) -> dict[str, Any]:
         raise NotImplementedError  # each family observes in its own form
@@ -493,7 +540,7 @@ class AlohaTask(AlohaScene):
             for part, kind, width in (("arm", "joint", 6), ("gripper", "gripper", 1))
         ]
         return {
-            "name": EMBODIMENT,
+            "name": self.embodiment,
             "family": "robot",
             "fps": self.fps,
             "cameras": list(self.cameras),
@@ -526,3 +573,20 @@ class AlohaTask(AlohaScene):
         if self._plan is None:
             self._plan, _ = scripted_joint_trajectory(self.task, self.seed)
         return self._plan[min(self.steps, MAX_STEPS - 1)].astype(np.float32)
+
+
+class AlohaJointsEgoMaskedTask(AlohaTask):
+    """`aloha_joints_ego_masked/<task>`: the joint-driven robot as `aloha_ego_masked` sees.
+
+    Driven by its 14 joints as `aloha/<task>` is, seen through eva's head camera with its
+    arms masked as the hands' are drawn, as `aloha_ego_masked/<task>` is: the two robots'
+    frames are alike and only their action spaces differ, so cotraining this one with
+    `hands/<task>` asks whether a person's demonstrations help a robot whose actions share
+    no channel with theirs (the trunk and the image stem are all they share).
+    """
+
+    embodiment = JOINTS_MASKED_EMBODIMENT
+    family = "aloha_joints_ego_masked"
+    default_cameras = (HEAD_CAMERA,)
+    head_camera = True
+    masked = True

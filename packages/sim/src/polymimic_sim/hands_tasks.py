@@ -56,33 +56,11 @@ SIDES = ("left", "right")
 FPS = 30.0
 TICKS_PER_FRAME = 50.0 / FPS  # the physics runs at the robot's 50 Hz
 NOT_DETECTED = 1e9
-SKIN = (0.87, 0.67, 0.55, 1.0)
 POSITION_NOISE = 0.01 / np.sqrt(3)  # per axis: about 1 cm in all
 ROTATION_NOISE = np.deg2rad(2.0)
 KEYPOINT_NOISE = 0.003
 TIMING = 0.2  # each segment takes (1 +- TIMING) of the expert's time
 STATE_WIDTH = 2 * (7 + 9) + 7  # per hand wrist pose and keypoints, then the head's pose
-
-
-def hand_geoms(model: Any) -> tuple[list[int], list[int]]:
-    """Geom ids of the arms (hidden) and of the grippers (the hands): each ViperX's bodies."""
-    arms, hands = [], []
-    for geom in range(model.ngeom):
-        body = model.body(model.geom_bodyid[geom]).name
-        if not body.startswith("vx300s_"):
-            continue
-        name = model.geom(geom).name
-        is_hand = body.endswith(("gripper_link", "finger_link")) and "bar" not in name
-        (hands if is_hand else arms).append(geom)
-    return arms, hands
-
-
-def draw_as_hands(model: Any) -> None:
-    """Arms transparent, grippers skin-coloured (rendering only: collisions are unchanged)."""
-    arms, hands = hand_geoms(model)
-    model.geom_matid[arms + hands] = -1
-    model.geom_rgba[arms, 3] = 0.0
-    model.geom_rgba[hands] = SKIN
 
 
 def time_warp(task: str, rng: np.random.Generator) -> Any:
@@ -137,6 +115,8 @@ class HandsTask(AlohaScene):
     embodiment = EMBODIMENT
     family = "hands"
     end_effector = True
+    head_camera = True  # a moving one (render): the person's
+    masked = True
 
     def __init__(self, task: str, **options: Any) -> None:
         cameras = options.get("cameras")
@@ -144,7 +124,6 @@ class HandsTask(AlohaScene):
             raise ValueError(f"cameras: hands/{task} has one camera, {CAMERA!r}; got {cameras}")
         merged: dict[str, Any] = {**options, "cameras": [CAMERA]}
         super().__init__(task, **merged)
-        draw_as_hands(self.model)
         self.camera_id = self.model.camera(MUJOCO_CAMERA).id
         self.fovy = float(self.model.cam_fovy[self.camera_id])
         self.fps = FPS
@@ -154,10 +133,6 @@ class HandsTask(AlohaScene):
         self._head_pose = np.zeros(7)
         self._plan: tuple[np.ndarray, np.ndarray] | None = None
         self._command = np.zeros(16)
-
-    def mujoco_cameras(self) -> list[str]:
-        """The model's camera the head carries (the episodes call it front_1)."""
-        return [MUJOCO_CAMERA]
 
     def declaration(self) -> dict[str, Any]:
         """Its episodes' embodiment: aria's keys, in the head's frame, actions the next poses."""

@@ -6,7 +6,8 @@ has succeeded, and has a scripted expert for demonstrations. Names: `metaworld/<
 `metaworld/reach-v3`; the `metaworld` extra) and `aloha/transfer_cube`, `aloha/insertion`,
 the same driven by end-effector poses (`aloha_ee/<task>`; `aloha_ego/<task>` seen through a
 camera on the robot's head, as eva's; `aloha_ego_masked/<task>` the same with its arms
-masked as the hands') and done by a person's hands (`hands/<task>`; that robot driven in the
+masked as the hands'; `aloha_joints_ego_masked/<task>` the joint-driven robot seen as that
+one is) and done by a person's hands (`hands/<task>`; that robot driven in the
 hands' layout, `aloha_as_hands/<task>`, evaluates a policy trained on hands alone; all need
 the `aloha` extra). A suite names several tasks at once (`metaworld/mt10`, `metaworld/mt50`:
 MetaWorld's multi-task benchmarks); `suite_tasks` expands it, and `record` and the rollouts
@@ -39,7 +40,15 @@ def aloha_tasks() -> list[str]:
     return [f"{family}/{name}" for family in ALOHA_FAMILIES for name in task_names()]
 
 
-ALOHA_FAMILIES = ("aloha", "aloha_ee", "aloha_ego", "aloha_ego_masked", "hands", "aloha_as_hands")
+ALOHA_FAMILIES = (
+    "aloha",
+    "aloha_ee",
+    "aloha_ego",
+    "aloha_ego_masked",
+    "aloha_joints_ego_masked",
+    "hands",
+    "aloha_as_hands",
+)
 
 
 SUITES = {"metaworld/mt10": "MT10_V3", "metaworld/mt50": "MT50_V3"}
@@ -79,6 +88,10 @@ def _task_class(family: str) -> type:
         from polymimic_sim.aloha_ee_tasks import AlohaEgoMaskedTask
 
         return AlohaEgoMaskedTask
+    if family == "aloha_joints_ego_masked":
+        from polymimic_sim.aloha_tasks import AlohaJointsEgoMaskedTask
+
+        return AlohaJointsEgoMaskedTask
     if family == "aloha_as_hands":
         from polymimic_sim.aloha_as_hands import AlohaAsHandsTask
 
@@ -93,6 +106,7 @@ EMBODIMENTS = {
     "aloha_ee": "sim/aloha_ee",
     "aloha_ego": "sim/aloha_ego",
     "aloha_ego_masked": "sim/aloha_ego_masked",
+    "aloha_joints_ego_masked": "sim/aloha_joints_ego_masked",
     "hands": "sim/hands",
     "aloha_as_hands": "sim/hands",  # the robot acting in the hands' layout
     "metaworld": "sim/metaworld_sawyer",
@@ -150,7 +164,7 @@ def make_task(
     raise UnknownTaskError(
         f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
         "(e.g. metaworld/reach-v3), or aloha/<task>, aloha_ee/<task>, aloha_ego/<task>, "
-        "aloha_ego_masked/<task> or hands/<task> "
+        "aloha_ego_masked/<task>, aloha_joints_ego_masked/<task> or hands/<task> "
         "(transfer_cube, insertion)"
     )
 
