@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,4 +19,5 @@ def test_the_readme_keeps_its_example() -> None:
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_a_readme_example_runs(index: int, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # examples may write files
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its mkdtemp()s, removed after
     exec(compile(BLOCKS[index], f"{README}:block{index}", "exec"), {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,5 +24,6 @@ def test_the_readme_shows_a_loop_with_each_executor_and_the_install_line() -> No
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_a_readme_example_runs(index: int, tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its mkdtemp()s, removed after
     exec(compile(BLOCKS[index], f"{README}:block{index}", "exec"), {})
     assert capsys.readouterr().out  # it printed what it made
