@@ -113,7 +113,7 @@ def test_aloha_ego_sees_from_the_persons_viewpoint_and_gives_poses_in_its_frame(
         first = robot.reset(0)
         hands.reset(0)
         head = robot.head  # type: ignore[attr-defined]
-        assert np.linalg.norm(head[:3] - hands._head_pose[:3]) < 0.05  # type: ignore[attr-defined]
+        assert np.linalg.norm(head[:3] - hands.head[:3]) < 0.05  # type: ignore[attr-defined]
         in_head = world_to_camera(head, robot.gripper_poses())  # type: ignore[attr-defined]
         assert np.allclose(first["state"][:3], in_head[0, :3], atol=1e-5)
         assert np.allclose(first["state"][10:13], in_head[1, :3], atol=1e-5)
@@ -151,7 +151,7 @@ def test_aloha_ego_masked_draws_the_robot_as_the_hands_are_drawn() -> None:
         seen = masked.reset(3)["images"]["front_1"].astype(int)
         arms = drawn.reset(3)["images"]["front_1"].astype(int)
         hands.reset(3)
-        hands._head_pose = masked.head  # type: ignore[attr-defined]  # the head held still
+        hands.head = masked.head  # type: ignore[attr-defined]  # the head held still
         person = hands.render()["front_1"].astype(int)
         assert np.abs(seen - person).mean() < 0.5  # one picture
         assert np.abs(arms - person).mean() > 3  # the arms drawn: not the hands' picture
@@ -244,7 +244,7 @@ def test_the_hands_camera_is_not_the_robots_and_the_arms_are_not_drawn() -> None
         robot.reset(0)
         hands.reset(0)
         # the same state drawn both ways, from the hands' camera
-        pose = hands._head_pose  # type: ignore[attr-defined]
+        pose = hands.head  # type: ignore[attr-defined]
         from polymimic_sim.camera_frames import place_camera
 
         model, data = robot.env.physics.model.ptr, robot.env.physics.data.ptr  # type: ignore[attr-defined]
@@ -371,7 +371,7 @@ def test_a_persons_recorded_motions_replayed_through_the_hands_layout_grip_the_c
     task = make_task("aloha_as_hands/transfer_cube", image_size=SIZE)
     try:
         task.reset(int(reader.attrs["seed"]))
-        head = task._head_pose  # type: ignore[attr-defined]  # the robot's still head
+        head = task.head  # type: ignore[attr-defined]  # the robot's still head
         fingertips = task.fingertips  # type: ignore[attr-defined]
         action, best, gripped = None, 0.0, False
         for frame in range(1, len(wrists)):

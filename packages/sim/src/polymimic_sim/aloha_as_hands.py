@@ -162,7 +162,7 @@ class AlohaAsHandsTask(HandsTask):
     def _observation(self) -> dict[str, Any]:
         """The hands' vector (36,) of the robot's grippers (module docstring)."""
         wrists, keypoints = self.hands()
-        state = hands_vector(self._head_pose, wrists, keypoints)
+        state = hands_vector(self.head, wrists, keypoints)
         return observation_of(state, self.render(), self.prompt)
 
     def reset(self, seed: int) -> dict[str, Any]:
@@ -181,7 +181,7 @@ class AlohaAsHandsTask(HandsTask):
         target = np.zeros(16)
         for i, hand in enumerate(hands):
             pose = np.concatenate([hand[:3], convert(hand[3:9], "rot6d", "quaternion")])
-            wrist = pose_to_matrix(camera_to_world(self._head_pose, pose))
+            wrist = pose_to_matrix(camera_to_world(self.head, pose))
             target[8 * i : 8 * i + 7] = matrix_to_pose(wrist @ self.offsets[i])
             target[8 * i + 7] = self.fingertips[i].opening(hand[9:])
         return target
@@ -191,7 +191,7 @@ class AlohaAsHandsTask(HandsTask):
         parts = []
         for i in range(len(SIDES)):
             wrist = pose_to_matrix(target[8 * i : 8 * i + 7]) @ invert(self.offsets[i])
-            pose = express_in(self._head_pose, matrix_to_pose(wrist))
+            pose = express_in(self.head, matrix_to_pose(wrist))
             parts += [pose[:3], convert(pose[3:7], "quaternion", "rot6d"),
                       self.fingertips[i].keypoints(float(target[8 * i + 7]))]  # fmt: skip
         return np.concatenate(parts).astype(np.float32)

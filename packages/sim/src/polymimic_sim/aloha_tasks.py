@@ -441,7 +441,7 @@ class AlohaScene:
                 f"cameras: {HEAD_CAMERA!r} is the model's {MUJOCO_HEAD_CAMERA!r} camera moved to "
                 f"the robot's head; ask for one of them, got {self.cameras}"
             )
-        self.head = head_pose() if self.head_camera else None  # the still one (hands: moving)
+        self.head = head_pose() if self.head_camera else None  # where `render` puts it
         self._poses: list[np.ndarray] = [object_poses(task, 0)]
         self.env = environment(task, self.end_effector, self._poses)
         self.model = self.env.physics.model.ptr

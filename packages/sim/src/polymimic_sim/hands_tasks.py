@@ -45,8 +45,7 @@ from polymimic_sim.aloha_tasks import (
     AlohaScene,
     mocap_plan,
 )
-from polymimic_sim.camera_frames import look_at, place_camera, project
-from polymimic_sim.rendering import render_cameras
+from polymimic_sim.camera_frames import look_at, project
 from polymimic_sim.task_types import Step, observation_of
 
 EMBODIMENT = "sim/hands"
@@ -115,7 +114,7 @@ class HandsTask(AlohaScene):
     embodiment = EMBODIMENT
     family = "hands"
     end_effector = True
-    head_camera = True  # a moving one (render): the person's
+    head_camera = True  # a moving one: `head` is the person's pose at this frame
     masked = True
 
     def __init__(self, task: str, **options: Any) -> None:
@@ -130,7 +129,7 @@ class HandsTask(AlohaScene):
         self.max_steps = int(MAX_STEPS * (1 + TIMING) / TICKS_PER_FRAME)
         self._rng = np.random.default_rng(0)
         self._head = HeadMotion(self._rng)
-        self._head_pose = np.zeros(7)
+        self.head = np.zeros(7)
         self._plan: tuple[np.ndarray, np.ndarray] | None = None
         self._command = np.zeros(16)
 
@@ -166,13 +165,6 @@ class HandsTask(AlohaScene):
         arrays["obs_head_pose"] = states[:, 32:39]
         return arrays
 
-    def render(self) -> dict[str, np.ndarray]:
-        """The egocentric camera's frame of the current state, from the head's pose."""
-        data = self.env.physics.data.ptr
-        place_camera(self.model, data, self.camera_id, self._head_pose)
-        frames = render_cameras(self.renderer, data, [MUJOCO_CAMERA])
-        return {CAMERA: frames[MUJOCO_CAMERA]}
-
     def hands(self) -> tuple[np.ndarray, np.ndarray]:
         """The true wrist poses (2, 7) and keypoints (2, 3, 3) in the world."""
         data = self.env.physics.data.ptr
@@ -184,7 +176,7 @@ class HandsTask(AlohaScene):
 
     def _tracked(self, wrist: np.ndarray, keypoints: np.ndarray) -> np.ndarray:
         """One hand as a tracker reports it: (16,) noisy, or the sentinel when out of view."""
-        _, inside = project(self._head_pose, self.fovy, self.image_size, wrist[None, :3])
+        _, inside = project(self.head, self.fovy, self.image_size, wrist[None, :3])
         if not inside[0]:
             return np.full(16, NOT_DETECTED)
         noise = np.eye(4)
@@ -202,7 +194,7 @@ class HandsTask(AlohaScene):
     def _observation(self) -> dict[str, Any]:
         wrists, keypoints = self.hands()
         hands = [self._tracked(wrists[i], keypoints[i]) for i in range(2)]
-        state = np.concatenate([*hands, self._head_pose]).astype(np.float32)
+        state = np.concatenate([*hands, self.head]).astype(np.float32)
         return observation_of(state, self.render(), self.prompt)
 
     def reset(self, seed: int) -> dict[str, Any]:
@@ -211,7 +203,7 @@ class HandsTask(AlohaScene):
         self._reset_scene(seed)
         self._rng = np.random.default_rng([int(seed), 2])  # apart from the objects' draw
         self._head = self._head_motion()
-        self._head_pose = self._head.next_pose()
+        self.head = self._head.next_pose()
         self._command = self.mocap_commands()
         return self._observation()
 
@@ -229,7 +221,7 @@ class HandsTask(AlohaScene):
                 command[hand + 3 : hand + 7] /= np.linalg.norm(command[hand + 3 : hand + 7])
             reward = max(reward, float(self.env.step(command).reward or 0.0))
         self._command = target
-        self._head_pose = self._head.next_pose()
+        self.head = self._head.next_pose()
         return self._ticked(reward)
 
     def _head_motion(self) -> HeadMotion:
