@@ -41,6 +41,26 @@ def test_validate_passes_good_data_and_lists_every_bad_episode(
     assert "right.gripper frames 4-5: NaN or inf" in capsys.readouterr().err
 
 
+def test_validate_deep_lists_undetected_hands_without_failing(
+    aria_root: Path, tmp_path: Path, capsys
+) -> None:
+    """A hand out of view (the 1e9 sentinel) is part of the format: listed, not a failure;
+    a NaN beside it still fails."""
+    root = tmp_path / "root"
+    shutil.copytree(aria_root, root)
+    first, second, _ = sorted(root.glob("*.zarr"))
+    zarr.open_array(first / "left.obs_keypoints", mode="r+")[3:6] = 1e9
+    assert main(["validate", str(root), "--deep"]) == 0
+    captured = capsys.readouterr()
+    assert f"not detected: {first}: left.obs_keypoints frames 3-5:" in captured.err
+    assert "ok: 3 episodes, 60 frames (values and JPEGs checked); 1 with frames" in captured.out
+    zarr.open_array(second / "right.obs_wrist_pose", mode="r+")[7] = np.nan
+    assert main(["validate", str(root), "--deep"]) == 1
+    captured = capsys.readouterr()
+    assert f"{second}: right.obs_wrist_pose frame 7: NaN or inf" in captured.err
+    assert "1 bad of 3 episodes" in captured.out  # the undetected hand is not counted bad
+
+
 def test_validate_filters_and_explicit_episodes(eva_root: Path, capsys) -> None:
     assert main(["validate", str(eva_root), "--filter", "task=synthetic_reach,other"]) == 0
     assert main(["validate", str(eva_root), "--episodes", "nope"]) == 1

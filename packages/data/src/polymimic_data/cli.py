@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from polymimic_data import __version__
+from polymimic_data.episodes.bad_values import NOT_DETECTED_REASON
 from polymimic_data.episodes.checks import deep_problems
 from polymimic_data.episodes.corrections import CORRECTIONS, apply_correction
 from polymimic_data.episodes.resolver import (
@@ -104,9 +105,18 @@ def validate(
     for where, why in scan.warnings:
         print(f"warning: {where}: {why}", file=sys.stderr)
     problems = list(scan.problems)
-    if deep:
-        problems += [p.row() for p in deep_problems(scan.episodes, workers=workers)]
+    undetected: list[tuple[str, str]] = []  # allowed: listed, not failed
+    for found in deep_problems(scan.episodes, workers=workers) if deep else []:
+        (undetected if found.reason == NOT_DETECTED_REASON else problems).append(found.row())
+    for where, why in undetected:
+        print(f"not detected: {where}: {why}", file=sys.stderr)
     checked = " (values and JPEGs checked)" if deep else ""
+    if undetected:
+        affected = len({where for where, _ in undetected})
+        checked += (
+            f"; {affected} with frames where a hand was not detected (the 1e9 sentinel, "
+            "allowed: the loader drops the samples that see them)"
+        )
     if problems:
         print(EpisodeValidationError(problems).full_report(), file=sys.stderr)
         bad = len({where for where, _ in problems})
