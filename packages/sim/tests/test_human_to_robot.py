@@ -312,7 +312,7 @@ def test_the_robot_in_the_hands_layout_is_read_as_hands_episodes_are(recorded) -
     heads = np.asarray(reader.read_numeric("obs_head_pose"), np.float64)
     wrists = np.stack([reader.read_numeric(f"{s}.obs_wrist_pose") for s in ("left", "right")], 1)
     points = np.stack([reader.read_numeric(f"{s}.obs_keypoints") for s in ("left", "right")], 1)
-    seen = (wrists[:, :, 0] < 1e8).all(1)
+    seen = np.asarray((wrists[:, :, 0] < 1e8).all(1))
     dataset = EpisodeDataset([episode], embodiment="sim/hands", cameras=("front_1",), history=1,
                              horizon=2, image_size=SIZE)  # fmt: skip
     frame, sample = _sample_in_view(dataset, seen)
@@ -338,13 +338,15 @@ def test_the_robot_expert_succeeds_through_the_hands_layout() -> None:
             assert fingertips.opening(fingertips.keypoints(opening)) == pytest.approx(opening)
         assert fingertips.opening(fingertips.keypoints(GRASP - 0.1)) == 0.0
         success = strict = False
-        for _ in range(task.max_steps):
+        steps = 0
+        while steps < task.max_steps:
             step = task.step(task.expert_action())
+            steps += 1
             success, strict = success or step.success, strict or step.strict_success
             if strict or step.done:
                 break
-        assert success and strict, (task.steps, success, strict)
-        assert task.steps < task.max_steps == 240  # the robot's 400 ticks at the hands' 30 Hz
+        assert success and strict, (steps, success, strict)
+        assert steps < task.max_steps == 240  # the robot's 400 ticks at the hands' 30 Hz
     finally:
         task.close()
 
