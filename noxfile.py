@@ -165,6 +165,8 @@ def bench_data(session: nox.Session) -> None:
     sync(session, "--package", "polymimic-data", "--extra", "lerobot", "--extra", "s3",
          "--extra", "loaders", "--extra", "viz", "--group", "test")  # fmt: skip
     session.run("python", "benchmarks/loader.py", *session.posargs)
+    if not session.posargs:  # and at scale: 10,000 small episodes, generated once and kept
+        session.run("python", "benchmarks/loader.py", "--episodes", "10000")
     session.run("python", "benchmarks/remote_loader.py")
     session.run("python", "benchmarks/data_transforms.py")
     session.run("python", "benchmarks/lerobot_import.py")

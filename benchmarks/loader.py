@@ -30,6 +30,9 @@ no array files) and without one (`unpacked_`), and an episode's open alone both 
 from __future__ import annotations
 
 import argparse
+import builtins
+import contextlib
+import io
 import os
 import resource
 import shutil
@@ -47,6 +50,7 @@ import simplejpeg
 import torch
 import zarr
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
+from headline import machine
 from torch.utils.data import DataLoader
 
 from polymimic_data import EpisodeDataset, EpisodeReader, collate_samples, resolve_episodes
@@ -220,11 +224,14 @@ class OneSample(torch.utils.data.Dataset):
         return dict(self.sample)
 
 
-def loader_rate(dataset: Any, batches: int, batch_size: int, workers: int) -> tuple[float, float]:
+def loader_rate(
+    dataset: Any, batches: int, batch_size: int, workers: int, prefetch: int = 4
+) -> tuple[float, float]:
     """Samples/s of make_dataloader over `dataset` after 3 warm batches, and the seconds to
     its first batch (the workers' start)."""
     start = time.perf_counter()
-    loader = make_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
+    loader = make_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
+                             prefetch_factor=prefetch)  # fmt: skip
     it = endless(loader)
     next(it)
     first = time.perf_counter() - start
@@ -236,6 +243,77 @@ def loader_rate(dataset: Any, batches: int, batch_size: int, workers: int) -> tu
     rate = batches * batch_size / (time.perf_counter() - start)
     del it, loader
     return rate, first
+
+
+class TimedSamples(torch.utils.data.Dataset):
+    """A dataset's samples, each with the seconds its worker took to make it (`bench_s`)."""
+
+    def __init__(self, inner: EpisodeDataset) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        sample = self.inner[index]
+        sample["bench_s"] = time.perf_counter() - start
+        return sample
+
+
+def timed_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """collate_samples, with its seconds in the batch (`bench_collate_s`): in a worker, the
+    stack into shared memory the batch crosses to the training process in."""
+    start = time.perf_counter()
+    batch = collate_samples(samples)
+    batch["bench_collate_s"] = time.perf_counter() - start
+    return batch
+
+
+def touch_images(batch: dict[str, Any]) -> float:
+    """Seconds to read one byte of every page of the batch's images, as a model's first read
+    of them does (a received batch's shared memory is mapped, its pages faulted in on use)."""
+    start = time.perf_counter()
+    for key, value in batch.items():
+        if key.startswith("images."):
+            value.permute(0, 2, 3, 1).reshape(-1)[::4096].sum()  # the HWC memory, a view
+    return time.perf_counter() - start
+
+
+def dataloader_breakdown(
+    dataset: EpisodeDataset, batches: int, batch_size: int, workers: int, floor_s: float
+) -> None:
+    """Where a DataLoader's time goes, measured inside it: what its workers spend making
+    samples and stacking them (into shared memory), what the training process waits for a
+    batch, and what its first read of a batch's images costs against a second."""
+    loader = make_dataloader(TimedSamples(dataset), batch_size=batch_size, shuffle=True,
+                             num_workers=workers)  # fmt: skip
+    loader.collate_fn = timed_collate
+    it = endless(loader)
+    for _ in range(3):
+        next(it)
+    made, stacked, wait, first, again = [], [], 0.0, 0.0, 0.0
+    start = time.perf_counter()
+    for _ in range(batches):
+        waited = time.perf_counter()
+        batch = next(it)
+        wait += time.perf_counter() - waited
+        first += touch_images(batch)
+        again += touch_images(batch)
+        made += batch["bench_s"]
+        stacked.append(batch["bench_collate_s"])
+    total = time.perf_counter() - start
+    del it, loader
+    where = {"workers": workers, "batch_size": batch_size}
+    per_sample = float(np.mean(made))
+    emit("worker_busy_ms_per_sample", per_sample * 1e3, "ms", **where,
+         over_floor=round(per_sample / floor_s, 3))  # fmt: skip
+    emit("worker_collate_shm_ms_per_batch", float(np.mean(stacked)) * 1e3, "ms", **where)
+    emit("main_wait_ms_per_batch", wait / batches * 1e3, "ms", **where)
+    emit("main_first_touch_ms_per_batch", first / batches * 1e3, "ms", **where)
+    emit("main_touch_again_ms_per_batch", again / batches * 1e3, "ms", **where)
+    busy = (sum(made) + sum(stacked)) / (workers * (total - first - again))
+    emit("worker_busy_fraction", busy, "fraction", **where)
 
 
 def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -> None:
@@ -294,6 +372,15 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -
     emit("work_limit_samples_per_s", cores / work, "samples/s", cores=cores)
     emit("transport_samples_per_s", transport, "samples/s", **where)
     emit("first_batch_s", first, "s", **where)
+    dataloader_breakdown(dataset, batches, batch_size, workers, best["floor"])
+    for count in (1, 2, 4):  # the worker-count sweep
+        swept, _ = loader_rate(dataset, batches, batch_size, count)
+        emit("sweep_samples_per_s", swept, "samples/s", workers=count, batch_size=batch_size,
+             over_limit=round(swept / limit, 3))  # fmt: skip
+    for prefetch in (2, 8):  # and the prefetch depth's (4 above)
+        swept, _ = loader_rate(dataset, batches, batch_size, workers, prefetch)
+        emit("prefetch_samples_per_s", swept, "samples/s", prefetch=prefetch, **where,
+             over_limit=round(swept / limit, 3))  # fmt: skip
 
 
 def root_dataset(root: Path, **kwargs: Any) -> EpisodeDataset:
@@ -370,22 +457,58 @@ def worker_share(dataset: EpisodeDataset, episodes_per_block: int | None, sample
     return [i for batch in batches[::SCALE_WORKERS] for i in batch][:samples]
 
 
+@contextlib.contextmanager
+def files_opened() -> Iterator[list[str]]:
+    """The files this process opens meanwhile (os.open, as pread does, and open)."""
+    paths: list[str] = []
+    real_os_open, real_open = os.open, io.open
+
+    def os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        paths.append(str(path))
+        return real_os_open(path, *args, **kwargs)
+
+    def open_(file: Any, *args: Any, **kwargs: Any) -> Any:
+        paths.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    os.open, io.open, builtins.open = os_open, open_, open_
+    try:
+        yield paths
+    finally:
+        os.open, io.open, builtins.open = real_os_open, real_open, real_open
+
+
 def open_figures(fresh: Any, pack_dir: Path, count: int = 500, rounds: int = 3) -> None:
-    """An episode's open (its numeric arrays, bad frames and annotations), from disk and
-    from the numeric pack, alternated, best of `rounds`."""
+    """An episode's open, as a worker's first sample of it meets it: its numeric arrays, bad
+    frames and annotations, and its cameras' first frames read (their metadata and shard
+    index with them), from disk and from the numeric pack, alternated, best of `rounds`;
+    and the files one open reads (each camera's JPEG, read by pread, counted too)."""
+
+    def open_episode(dataset: EpisodeDataset, episode: int) -> None:
+        reader = dataset._cache.get(episode).reader
+        for camera in dataset.cameras:
+            reader.read_jpeg(camera, 0)
+
     best = {"disk": np.inf, "pack": np.inf}
+    files = {}
     for _ in range(rounds):
         for source in best:
-            dataset = fresh()
-            if source == "pack":
-                dataset.use_numeric_pack(pack_dir, progress=False)
+            dataset = fresh(pack=source == "pack")
             opened = min(count, len(dataset.episodes))
             start = time.perf_counter()
             for episode in range(opened):
-                dataset._cache.get(episode)
+                open_episode(dataset, episode)
             best[source] = min(best[source], (time.perf_counter() - start) / opened * 1e3)
-    emit("episode_open_ms", best["disk"], "ms", source="disk")
-    emit("episode_open_ms", best["pack"], "ms", source="numeric pack")
+            dataset = fresh(pack=source == "pack")  # its pack mapped: not an open's reads
+            with files_opened() as paths:
+                open_episode(dataset, 0)
+            files[source] = len(paths)
+    cameras = len(fresh().cameras)
+    for source, name in (("disk", "disk"), ("pack", "numeric pack")):
+        emit("episode_open_ms", best[source], "ms", source=name, cameras=cameras)
+        goal = {"goal": f"{cameras} (each camera's JPEG)"} if source == "pack" else {}
+        emit("episode_open_files_read", files[source], "files", source=name, cameras=cameras,
+             **goal)  # fmt: skip
     emit("pack_over_disk_open", best["pack"] / best["disk"], "ratio")
 
 
@@ -571,6 +694,8 @@ def main() -> None:
     parser.add_argument("--data-root", type=Path, help="where --episodes keeps its episodes")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    cores = len(os.sched_getaffinity(0))
+    emit("machine", cores, "cores", machine=machine(), load_1min=round(os.getloadavg()[0], 2))
     if args.episodes is not None:
         root = ensure_synthetic_episodes(
             (args.data_root or default_data_root()) / "benchmarks",

@@ -31,9 +31,11 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
     root = ensure_synthetic_episodes(
         tmp_path, "eva_bimanual", episodes=2, frames=30, height=32, width=40, progress=False
     )
-    figures = _figures(
+    lines = _lines(
         "loader.py", "--root", str(root), "--skip-resolve", "--samples", "20", "--batches", "8"
     )
+    figures = {line["metric"]: line for line in lines}
+    assert lines[0]["metric"] == "machine" and "core" in lines[0]["machine"]
     assert figures["ms_per_sample"]["samples"] == 20
     assert figures["threaded_over_floor"]["value"] > 0  # the cameras on threads, beside it
     assert figures["threaded_ms_per_sample"]["cameras"] == 3
@@ -41,8 +43,15 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
     assert figures["dataloader_samples_per_s"]["batch_size"] == 32  # 60 samples: 1 batch an epoch
     # where a DataLoader's time goes, beside it
     for metric in ("dataloader_over_limit", "work_limit_samples_per_s", "transport_samples_per_s",
-                   "worker_ms_per_sample", "collate_ms_per_batch", "first_batch_s"):  # fmt: skip
+                   "worker_ms_per_sample", "collate_ms_per_batch", "first_batch_s",
+                   "worker_busy_ms_per_sample", "worker_collate_shm_ms_per_batch",
+                   "main_wait_ms_per_batch", "main_first_touch_ms_per_batch",
+                   "worker_busy_fraction"):  # fmt: skip
         assert figures[metric]["value"] > 0, metric
+    swept = [line["workers"] for line in lines if line["metric"] == "sweep_samples_per_s"]
+    assert swept == [1, 2, 4]
+    depths = [line["prefetch"] for line in lines if line["metric"] == "prefetch_samples_per_s"]
+    assert depths == [2, 8]
 
 
 def test_loader_benchmark_at_scale_prints_opens_from_the_pack_and_from_disk(tmp_path) -> None:
@@ -52,6 +61,10 @@ def test_loader_benchmark_at_scale_prints_opens_from_the_pack_and_from_disk(tmp_
     opens = [line["source"] for line in lines if line["metric"] == "episode_open_ms"]
     assert sorted(opens) == ["disk", "numeric pack"]
     assert figures["pack_over_disk_open"]["value"] > 0
+    read = {line["source"]: line for line in lines if line["metric"] == "episode_open_files_read"}
+    cameras = read["numeric pack"]["cameras"]
+    assert read["numeric pack"]["value"] == cameras  # each camera's JPEG, and nothing else
+    assert read["disk"]["value"] > 3 * cameras  # metadata, chunks, shard indices besides
     assert figures["numeric_pack_build_s"]["episodes"] == 40
     for metric in ("ms_per_sample_over_floor", "unpacked_ms_per_sample_over_floor"):
         assert figures[metric]["value"] > 0, metric

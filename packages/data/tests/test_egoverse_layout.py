@@ -90,8 +90,9 @@ def test_resolve_clamps_to_total_frames_and_keeps_hashes(roots: dict[str, Path])
     assert reader.read_numeric("left.obs_ee_pose").dtype == np.float32
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["from disk", "from a numeric pack"])
 def test_samples_equal_those_of_the_same_episodes_written_by_polymimic(
-    roots: dict[str, Path],
+    roots: dict[str, Path], packed: bool, tmp_path: Path
 ) -> None:
     def dataset(layout: str) -> EpisodeDataset:
         return EpisodeDataset(
@@ -104,6 +105,8 @@ def test_samples_equal_those_of_the_same_episodes_written_by_polymimic(
         )
 
     ours, theirs = dataset("polymimic"), dataset("egoverse")
+    if packed:  # their shards' indices (zstd inside, crc32c on the index) kept in the pack
+        assert theirs.use_numeric_pack(tmp_path, progress=False) is not None
     assert len(ours) == len(theirs) == 2 * FRAMES
     for index in (0, 57, FRAMES - 1, FRAMES, 2 * FRAMES - 1):
         a, b = ours[index], theirs[index]
@@ -113,6 +116,7 @@ def test_samples_equal_those_of_the_same_episodes_written_by_polymimic(
             assert torch.equal(a[key], b[key]), key
     last = theirs[FRAMES - 1]
     assert last["action_mask"].tolist() == [True] + [False] * 7
+    assert theirs._cache.from_pack == (2 if packed else 0)
 
 
 def test_the_command_line_reads_them(roots: dict[str, Path], capsys) -> None:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -167,3 +169,21 @@ def test_cache_dirs_are_per_slurm_job(tmp_path: Path, monkeypatch) -> None:
     assert job_cache_dir(tmp_path) == tmp_path
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     assert job_cache_dir(tmp_path) == tmp_path / "slurm-4242"
+
+
+def test_the_index_cache_sees_attributes_rewritten_with_their_mtime_restored(
+    tmp_path: Path,
+) -> None:
+    """`cp -p` or `rsync -t` of a group's `zarr.json` keeps the mtime; the index is read again."""
+    root = _tagged_root(tmp_path)
+    resolve_episodes(root, cache_dir=tmp_path / "cache")
+    meta_path = root / "ep0.zarr" / "zarr.json"
+    stat = meta_path.stat()
+    text = meta_path.read_text()
+    assert json.loads(text)["attributes"]["operator"] == "ann"
+    # as long, written in place: the same inode and size, and the mtime put back
+    meta_path.write_text(text.replace('"operator": "ann"', '"operator": "bob"'))
+    os.utime(meta_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert meta_path.stat().st_size == stat.st_size
+    again = {e.hash: e for e in resolve_episodes(root, cache_dir=tmp_path / "cache")}
+    assert again["ep0"].attrs["operator"] == "bob"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
+import io
+import json
 import multiprocessing
 import os
 import pickle
@@ -12,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import zarr
 
 from polymimic_data import EpisodeDataset, resolve_episodes
@@ -35,9 +39,13 @@ def _set(path: Path, key: str, frame: int, value: object) -> None:
         arr[frame : frame + 1] = value
 
 
-def _dataset(root: Path | list, embodiment: str, pack: Path | None = None) -> EpisodeDataset:
+def _dataset(
+    root: Path | list, embodiment: str, pack: Path | None = None, cameras: tuple = ("front_1",)
+) -> EpisodeDataset:
     episodes = resolve_episodes(root) if isinstance(root, Path) else root
-    dataset = EpisodeDataset(episodes, embodiment=embodiment, image_size=(16, 20), horizon=4)
+    dataset = EpisodeDataset(
+        episodes, embodiment=embodiment, cameras=cameras, image_size=(16, 20), horizon=4
+    )
     if pack is not None:
         assert dataset.use_numeric_pack(pack, progress=False) is not None
     return dataset
@@ -157,8 +165,7 @@ def test_a_pack_pickles_by_its_folder(tmp_path: Path) -> None:
     blob = pickle.dumps(pack)
     assert len(blob) < 2_000
     again = pickle.loads(blob)
-    reader = dataset._cache.get(1).reader
-    served, original = again.get(1, reader), pack.get(1, reader)
+    served, original = again.get(1), pack.get(1)
     assert served is not None and original is not None
     for key, values in original.arrays.items():
         assert np.array_equal(served.arrays[key], values)
@@ -250,3 +257,111 @@ def test_a_lock_held_past_its_timeout_is_gone_on_without(tmp_path: Path) -> None
     assert os.waitstatus_to_exitcode(status) == 0
     with exclusive(lock, "free now", timeout_s=0.5) as held:
         assert held
+
+
+EVA_CAMERAS = ("front_1", "left_wrist", "right_wrist")
+
+
+class _FilesOpened:
+    """Counts the files this process opens (to read: numpy's mapped pack is opened before)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.paths: list[str] = []
+        real_os_open, real_open = os.open, io.open
+
+        def os_open(path, *args, **kwargs):
+            self.paths.append(str(path))
+            return real_os_open(path, *args, **kwargs)
+
+        def open_(file, *args, **kwargs):
+            self.paths.append(str(file))
+            return real_open(file, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", os_open)
+        monkeypatch.setattr(io, "open", open_)
+        monkeypatch.setattr(builtins, "open", open_)
+
+
+def test_an_open_from_the_pack_reads_no_file(tmp_path: Path, monkeypatch) -> None:
+    """No `zarr.json`, chunk, annotation or shard index: only each camera's JPEG, by pread."""
+    _episodes(tmp_path / "data", "eva_bimanual")
+    episodes = resolve_episodes(tmp_path / "data")
+    _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache", cameras=EVA_CAMERAS)
+    packed = _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache", cameras=EVA_CAMERAS)
+    from_disk = _dataset(episodes, "eva_bimanual", cameras=EVA_CAMERAS)
+    opened = _FilesOpened(monkeypatch)
+    from_disk._cache.get(0)
+    from_disk[0]
+    assert len(opened.paths) > 10  # the group, the keys, the annotations, each camera
+    del opened.paths[:]
+    packed._cache.get(0)
+    assert opened.paths == []
+    sample = packed[0]
+    assert sorted(Path(p).parent.parent.name for p in opened.paths) == [
+        f"images.{c}" for c in EVA_CAMERAS
+    ]  # one pread of each camera's shard
+    assert packed._cache.from_pack == 1
+    expected = from_disk[0]
+    for camera in EVA_CAMERAS:
+        assert torch.equal(sample[f"images.{camera}"], expected[f"images.{camera}"])
+
+
+def _images(dataset: EpisodeDataset) -> list[tuple]:
+    """Every sample's numbers and its images' bytes (what a packed camera could change)."""
+    out = []
+    for index, numbers in enumerate(_numbers(dataset)):
+        sample = dataset[index]
+        images = [sample[f"images.{c}"].numpy().tobytes() for c in dataset.cameras]
+        out.append((*numbers, images))
+    return out
+
+
+def _shard(episode: Path, camera: str = "left_wrist") -> Path:
+    return next(p for p in (episode / f"images.{camera}" / "c").rglob("*") if p.is_file())
+
+
+def _shard_rewritten_keeping_mtime(episode: Path) -> None:
+    """The other episode's frames written over this one's shard, in place, mtime restored."""
+    shard = _shard(episode)
+    stat = shard.stat()
+    with shard.open("r+b") as out:  # the same inode
+        out.truncate(0)
+        out.write(_shard(episode.parent / "ep1.zarr").read_bytes())
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _attributes_rewritten_keeping_mtime(episode: Path) -> None:
+    """`total_frames` cut to 15 in the group's `zarr.json`, its mtime restored."""
+    meta_path = episode / "zarr.json"
+    stat = meta_path.stat()
+    meta = json.loads(meta_path.read_text())
+    meta["attributes"]["total_frames"] = 15
+    meta_path.write_text(json.dumps(meta))
+    os.utime(meta_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+CAMERA_CHANGES = {
+    "a camera's shard rewritten in place, its mtime restored": _shard_rewritten_keeping_mtime,
+    "a camera removed": lambda path: shutil.rmtree(path / "images.left_wrist"),
+    "the group's attributes rewritten, its mtime restored": _attributes_rewritten_keeping_mtime,
+    "the episode replaced": _replace_with_another,
+}
+
+
+@pytest.mark.parametrize("change", CAMERA_CHANGES)
+def test_an_episode_changed_after_its_index_was_cached_is_read_fresh(
+    tmp_path: Path, change: str
+) -> None:
+    """Images included: the changed episode is read from disk, and refused as the disk's is.
+
+    The episodes as resolved before the change: a run's workers open episodes long after
+    its start resolved them.
+    """
+    first, _ = _episodes(tmp_path / "data", "eva_bimanual")
+    episodes = resolve_episodes(tmp_path / "data")
+    _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache", cameras=EVA_CAMERAS)
+    CAMERA_CHANGES[change](first)
+    packed = _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache", cameras=EVA_CAMERAS)
+    expected = _images(_dataset(episodes, "eva_bimanual", cameras=EVA_CAMERAS))
+    assert _images(packed) == expected
+    assert packed._cache.from_pack == 1  # the unchanged episode only

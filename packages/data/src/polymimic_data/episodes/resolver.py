@@ -188,13 +188,18 @@ def job_cache_dir(base: str | os.PathLike[str]) -> Path:
 
 
 def _fingerprint(roots: Sequence[Path]) -> list[list[Any]]:
-    """Each candidate episode with the mtimes of its folder and its group metadata."""
+    """Each candidate episode with its folder's mtime and its group metadata's identity.
+
+    The metadata's change time and inode too: a `zarr.json` copied or rewritten with its
+    mtime restored (`cp -p`, `rsync -t`) still changes them.
+    """
     out = []
     for root in roots:  # paths as strings: pathlib would be most of a cached resolve's time
         for path, kind in _walk_root(str(root)):
             if kind == EPISODE:
-                meta = os.stat(os.path.join(path, "zarr.json")).st_mtime_ns
-                out.append([path, os.stat(path).st_mtime_ns, meta])
+                meta = os.stat(os.path.join(path, "zarr.json"))
+                out.append([path, os.stat(path).st_mtime_ns, meta.st_mtime_ns,
+                            meta.st_ctime_ns, meta.st_ino, meta.st_size])  # fmt: skip
     return out
 
 

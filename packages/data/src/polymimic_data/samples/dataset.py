@@ -124,13 +124,16 @@ class EpisodeDataset(Dataset[Sample]):
     def use_numeric_pack(
         self, cache_dir: str | os.PathLike[str], *, progress: bool = True
     ) -> NumericPack | None:
-        """Take episodes' numeric arrays from a pack under `cache_dir` (built once if missing).
+        """Take what opening an episode reads from a pack under `cache_dir` (built once if missing).
 
-        An open then reads no array files where the disk still holds what was packed, and
-        reads them as before where it does not (numeric_pack). Call it before the loader's
-        workers start; None (and a warning) where the episodes cannot share a pack.
+        An open then reads no file where the disk still holds what was packed (its numeric
+        arrays, annotations and cameras' shard indices), and reads them as before where it
+        does not (numeric_pack). Call it before the loader's workers start; None (and a
+        warning) where the episodes cannot share a pack.
         """
-        pack = NumericPack.load_or_build(cache_dir, self.episodes, self._keys, progress=progress)
+        pack = NumericPack.load_or_build(
+            cache_dir, self.episodes, self._keys, self.cameras, progress=progress
+        )
         self._cache.pack = pack
         return pack
 

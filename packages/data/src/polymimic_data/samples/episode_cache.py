@@ -1,7 +1,8 @@
 """Per loader worker: episodes opened once, their numeric arrays read whole and checked.
 
-With a numeric pack (numeric_pack), an open takes the arrays, bad frames and annotations
-from it where the disk still holds what was packed, and reads them otherwise.
+With a numeric pack (numeric_pack), an open takes the arrays, bad frames, annotations and
+the cameras' shard indices from it where the disk still holds what was packed (and reads
+no file), and reads them otherwise.
 """
 
 from __future__ import annotations
@@ -61,12 +62,13 @@ class EpisodeCache:
         self.opened += 1
         key = "*"
         try:
-            reader = EpisodeReader(info.path)
-            packed = self.pack.get(episode, reader) if self.pack is not None else None
+            packed = self.pack.get(episode) if self.pack is not None else None
             if packed is not None:
                 self.from_pack += 1
-                arrays, bad, annotations = packed.arrays, packed.bad, packed.annotations
+                reader, arrays = packed.reader, packed.arrays
+                bad, annotations = packed.bad, packed.annotations
             else:
+                reader = EpisodeReader(info.path)
                 arrays, bad = {}, {}
                 for key in self._keys:  # one at a time: a fault names its key
                     arrays[key], faults = read_key(reader, key)

@@ -1,22 +1,30 @@
-"""Every episode's numeric arrays in one memory-mapped pack: opening an episode reads none.
+"""What opening an episode reads, for every episode, in one memory-mapped pack: an open reads none.
 
 A loader worker opens each episode it has not seen (every sample's, once a data set outgrows
-its episode cache): it reads each numeric key's `zarr.json` and chunk files, checks every
-frame for bad values (bad_values) and reads the annotations, about 2 ms for an eva episode
-on a small CPU, more than decoding its sample's JPEGs. A pack does that once for a data set:
-the arrays of every episode, one flat file per key (`<n>.npy`, memory-mapped, shared by the
-workers through the page cache), with each episode's bad frames and annotations in
-`index.json`. `EpisodeDataset.use_numeric_pack(cache_dir)` loads the pack its episodes and
-keys name, or builds it (atomically: a folder written beside and renamed into place).
+its episode cache): it reads the group's `zarr.json`, each numeric key's `zarr.json` and
+chunk files, checks every frame for bad values (bad_values), reads the annotations and, at
+the first frame of each camera, the camera's `zarr.json` and its shard's index: about 2 ms
+for an eva episode on a small CPU, more than decoding its sample's JPEGs. A pack does that
+once for a data set: the arrays of every episode, one flat file per key (`<n>.npy`,
+memory-mapped, shared by the workers through the page cache); each camera's shard indices,
+one flat file per camera (`camera<n>.npy`), and its metadata (kept once for the episodes
+whose metadata differs only in length); each episode's bad frames, annotations and length
+in `index.json`. Cameras in a layout read by byte ranges (sharded: polymimic's, EgoVerse's
+and zarr's defaults) are packed; others are read from their files at first use, as without
+a pack. `EpisodeDataset.use_numeric_pack(cache_dir)` loads the pack its episodes, keys and
+cameras name, or builds it (atomically: a folder written beside and renamed into place).
 
 Never stale: each packed episode records the identity (inode, size, modification and change
-times) of everything its read depended on: the episode's folder (an entry added or removed
-changes it), each key's and the annotations' folders, recursively, every file and folder in
-them. The change time is the kernel's: a copy that restores the modification time (`cp -p`,
-`rsync -t`) still changes it. An open compares them with the disk; an episode whose files changed,
-moved or vanished, whose folder gained a chunk, or whose `total_frames` changed is read from
-disk as without a pack (and its faults found as they would be). An episode that could not be
-read when the pack was built is not in it: it is read (and refused) at its open.
+times) of everything its open depended on: the episode's folder (an entry added or removed
+changes it) and its `zarr.json`, each key's, the annotations' and each packed camera's
+folders, recursively, every file and folder in them (`identities.npy`; the names once per
+distinct listing). The change time is the kernel's: a copy that restores the modification
+time (`cp -p`, `rsync -t`) still changes it. An open compares them with the disk (about 50
+`stat`s for an eva episode, and no read); an episode whose files changed, moved or vanished,
+or whose folder gained a chunk, is read from disk as without a pack (and its faults found
+as they would be). An episode that could not be read when the pack was built is not in it:
+it is read (and refused) at its open. An episode open in a worker's cache is served from
+memory until the cache lets it go, pack or not (samples.episode_cache).
 """
 
 from __future__ import annotations
@@ -40,9 +48,11 @@ from polymimic_data.episodes.bad_values import frame_faults
 from polymimic_data.episodes.resolver import EpisodeInfo
 from polymimic_data.store.atomic_files import exclusive, write_text_atomic
 from polymimic_data.store.episode_store import EpisodeReader
+from polymimic_data.store.vlen_bytes_reader import KnownArray
+from polymimic_data.store.zarr_chunks import chunk_key, read_layout, shard_index
 
 log = logging.getLogger(__name__)
-PACK_FORMAT = 1
+PACK_FORMAT = 2  # 2: cameras and the group's attributes packed too; identities in a .npy
 ANNOTATIONS = "annotations"
 
 BadFrames = dict[str, tuple[np.ndarray, list[str]]]  # key -> (bad per frame, reason per frame)
@@ -67,13 +77,14 @@ def _identity(path: str) -> list[int]:
     return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
 
 
-def depends_on(episode: Path, keys: Sequence[str]) -> list[str]:
-    """What a read of `keys` (and the annotations) depends on, relative to the episode.
+def depends_on(episode: Path, keys: Sequence[str], cameras: Sequence[str] = ()) -> list[str]:
+    """What an open reading `keys`, the annotations and `cameras` depends on.
 
-    Every file and folder under their folders, in walk order.
+    The episode's folder and `zarr.json`, then every file and folder under the keys',
+    annotations' and cameras' folders, in walk order; relative to the episode.
     """
-    names = ["."]  # the episode's folder: a key or the annotations added or removed
-    for key in [*keys, ANNOTATIONS]:
+    names = [".", "zarr.json"]  # the folder: a key or the annotations added or removed
+    for key in [*keys, ANNOTATIONS, *(f"images.{camera}" for camera in cameras)]:
         top = episode / key
         if not top.is_dir():
             continue
@@ -83,38 +94,60 @@ def depends_on(episode: Path, keys: Sequence[str]) -> list[str]:
     return names
 
 
-def identities(episode: Path, names: Sequence[str]) -> list[list[int]] | None:
+def identities(episode: Path, names: Sequence[str]) -> np.ndarray | None:
     """Each name's identity now (inode, size, mtime, ctime); None when one has vanished."""
     try:
-        return [_identity(os.path.join(episode, name)) for name in names]
+        return np.array([_identity(os.path.join(episode, name)) for name in names], np.int64)
     except OSError:
         return None
 
 
 @dataclass(frozen=True)
 class PackedEpisode:
-    """What an open needs of an episode, from the pack."""
+    """What an open needs of an episode, from the pack: its reader made without a read."""
 
+    reader: EpisodeReader
     arrays: dict[str, np.ndarray]
     bad: BadFrames
     annotations: list[dict[str, Any]]
 
 
-def pack_key(episodes: Sequence[EpisodeInfo], keys: Sequence[str]) -> str:
-    """A key that changes whenever the episodes (paths, hashes, lengths) or the keys do."""
-    parts = [str(PACK_FORMAT), *keys, *(f"{e.path}|{e.hash}|{e.total_frames}" for e in episodes)]
+def pack_key(
+    episodes: Sequence[EpisodeInfo], keys: Sequence[str], cameras: Sequence[str] = ()
+) -> str:
+    """A key that changes whenever the episodes (paths, hashes, lengths), keys or cameras do."""
+    parts = [str(PACK_FORMAT), *keys, "cameras:", *cameras]
+    parts += [f"{e.path}|{e.hash}|{e.total_frames}" for e in episodes]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def pack_camera(array_dir: Path, total_frames: int) -> tuple[dict[str, Any], np.ndarray] | None:
+    """A camera's metadata and its shards' indices, one after another, as a pack keeps them.
+
+    None where its layout is not read by byte ranges from shards (it is read from its files
+    at its open, as without a pack). OSError or ChunkFileError where a file is unreadable.
+    """
+    meta = json.loads((array_dir / "zarr.json").read_text())
+    layout = read_layout(meta)
+    if layout.mode != "sharded":
+        return None
+    files = -(-min(total_frames, int(meta["shape"][0])) // layout.per_file)
+    rows = [shard_index(array_dir / chunk_key(meta, f), layout) for f in range(files)]
+    chunks = layout.per_file // layout.per_chunk
+    return meta, (np.concatenate(rows) if rows else np.zeros((0, 2), np.uint64)).reshape(
+        files * chunks, 2
+    )
 
 
 BUILD_LOCK_TIMEOUT_S = 1800.0  # a build of 10,000 episodes takes minutes, not half an hour
 
 
 class NumericPack:
-    """A data set's numeric arrays, bad frames and annotations, checked against the disk.
+    """A data set's numeric arrays, bad frames, annotations and cameras, checked against the disk.
 
-    `get(episode, reader)` gives an episode's PackedEpisode, or None where the disk no longer
-    holds what was packed (module docstring). Pickled (to a spawned loader worker) by its
-    folder, which the worker maps again.
+    `get(episode)` gives an episode's PackedEpisode, or None where the disk no longer holds
+    what was packed (module docstring). Pickled (to a spawned loader worker) by its folder,
+    which the worker maps again.
     """
 
     def __init__(self, directory: Path, paths: Sequence[Path]) -> None:
@@ -133,8 +166,16 @@ class NumericPack:
                 "in this order; a pack is named by its episodes (pack_key)"
             )
         self.keys: list[str] = list(index["keys"])
+        self.cameras: list[str] = list(index["cameras"])
         self._entries: list[dict[str, Any] | None] = index["episodes"]
+        self._listings: list[list[str]] = index["listings"]
+        self._metas: list[dict[str, Any]] = index["metas"]
+        self._layouts = [read_layout(meta) for meta in self._metas]
         self._arrays = [_mapped(self.directory / f"{i}.npy") for i in range(len(self.keys))]
+        self._indices = [
+            _mapped(self.directory / f"camera{i}.npy") for i in range(len(self.cameras))
+        ]
+        self._identities = _mapped(self.directory / "identities.npy")
 
     def __getstate__(self) -> dict[str, Any]:
         return {"directory": self.directory, "paths": self._paths}
@@ -145,26 +186,37 @@ class NumericPack:
     def __len__(self) -> int:
         return sum(entry is not None for entry in self._entries)
 
-    def get(self, episode: int, reader: EpisodeReader) -> PackedEpisode | None:
-        """Episode number `episode`'s arrays from the pack; None where the disk has changed."""
+    def get(self, episode: int) -> PackedEpisode | None:
+        """Episode number `episode` from the pack; None where the disk has changed."""
         entry = self._entries[episode]
-        if entry is None or entry["frames"] != reader.total_frames:
+        if entry is None:
             return None
-        if identities(self._paths[episode], entry["files"]) != entry["identities"]:
+        start, stop = entry["identities"]
+        now = identities(self._paths[episode], self._listings[entry["listing"]])
+        if now is None or not np.array_equal(now, self._identities[start:stop]):
             return None
+        frames = entry["frames"]
         arrays = {}
         for i, key in enumerate(self.keys):
             start, stop = entry["rows"][i]
             arrays[key] = self._arrays[i][start:stop].reshape(entry["shapes"][i])
         bad = {}
-        for key, (frames, reasons) in entry["bad"].items():
-            mask = np.zeros(entry["frames"], dtype=bool)
-            mask[frames] = True
-            per_frame = [""] * entry["frames"]
-            for frame, reason in zip(frames, reasons, strict=True):
+        for key, (bad_frames, reasons) in entry["bad"].items():
+            mask = np.zeros(frames, dtype=bool)
+            mask[bad_frames] = True
+            per_frame = [""] * frames
+            for frame, reason in zip(bad_frames, reasons, strict=True):
                 per_frame[frame] = reason
             bad[key] = (mask, per_frame)
-        return PackedEpisode(arrays, bad, entry["annotations"])
+        cameras = {}
+        for camera, (number, length, start, stop) in entry["cameras"].items():
+            meta, layout = self._metas[number], self._layouts[number]
+            rows = self._indices[self.cameras.index(camera)][start:stop]
+            shards = dict(enumerate(rows.reshape(-1, layout.per_file // layout.per_chunk, 2)))
+            shape = [length, *meta["shape"][1:]]
+            cameras[camera] = KnownArray({**meta, "shape": shape}, layout, shards)
+        reader = EpisodeReader.from_known(self._paths[episode], frames, cameras)
+        return PackedEpisode(reader, arrays, bad, entry["annotations"])
 
     @classmethod
     def load_or_build(
@@ -172,15 +224,16 @@ class NumericPack:
         cache_dir: str | os.PathLike[str],
         episodes: Sequence[EpisodeInfo],
         keys: Sequence[str],
+        cameras: Sequence[str] = (),
         *,
         progress: bool = True,
     ) -> NumericPack | None:
-        """The pack of `episodes` and `keys` under `cache_dir`: loaded, or built once.
+        """The pack of `episodes`, `keys` and `cameras` under `cache_dir`: loaded, or built once.
 
         None (and a warning) where a key's width differs between episodes: they are read
         from disk as without a pack.
         """
-        directory = Path(cache_dir) / f"numeric_pack-{pack_key(episodes, keys)}"
+        directory = Path(cache_dir) / f"numeric_pack-{pack_key(episodes, keys, cameras)}"
         # a data set that cannot be packed is read from disk, and not read whole again at
         # every start to find that out (its episodes changing make a new key)
         unpackable = directory.with_name(f"{directory.name}.unpackable")
@@ -193,7 +246,7 @@ class NumericPack:
                            timeout_s=BUILD_LOCK_TIMEOUT_S):  # fmt: skip
                 if not (directory / "index.json").is_file() and not unpackable.is_file():
                     try:
-                        _build(directory, episodes, keys, progress=progress)
+                        _build(directory, episodes, keys, cameras, progress=progress)
                     except _Ragged as exc:
                         log.warning("no numeric pack: %s", exc)
                         with contextlib.suppress(OSError):  # read-only: found again next time
@@ -218,50 +271,111 @@ def _mapped(path: Path) -> np.ndarray:
         return np.load(path)
 
 
+class _Column:
+    """One flat file of the pack, an episode's rows at a time."""
+
+    def __init__(self, empty: np.ndarray) -> None:
+        self.parts, self.rows, self.empty = [empty], 0, empty
+
+    def append(self, values: np.ndarray) -> list[int]:
+        """Add an episode's rows; where they will sit, [start, stop)."""
+        self.parts.append(values)
+        self.rows += len(values)
+        return [self.rows - len(values), self.rows]
+
+    def widths(self) -> list[int]:
+        return sorted({part.shape[1] for part in self.parts[1:]})
+
+    def save(self, path: Path, dtype: type) -> None:
+        parts = self.parts[1:] or [self.empty]
+        np.save(path, np.concatenate(parts).astype(dtype, copy=False))
+
+
+class _Columns:
+    """The pack being built, an episode at a time: its flat columns and shared tables."""
+
+    def __init__(self, keys: Sequence[str], cameras: Sequence[str]) -> None:
+        self.keys, self.cameras = list(keys), list(cameras)
+        self.arrays = [_Column(np.zeros((0, 0))) for _ in self.keys]
+        self.indices = [_Column(np.zeros((0, 2))) for _ in self.cameras]
+        self.identities = _Column(np.zeros((0, 4)))
+        self.listings: dict[tuple[str, ...], int] = {}  # each distinct listing once
+        self.metas: dict[str, int] = {}  # each camera metadata once, its length left out
+
+    def entry(self, path: Path) -> dict[str, Any]:
+        """One episode read whole into the columns, and its entry; raises where unreadable."""
+        names = depends_on(path, self.keys, self.cameras)
+        before = identities(path, names)
+        if before is None:
+            raise OSError("a file vanished while the episode was read")
+        reader = EpisodeReader(path)
+        read = [read_key(reader, key) for key in self.keys]
+        annotations = reader.read_annotations()
+        cameras = {}
+        for camera in self.cameras:
+            with contextlib.suppress(OSError, ValueError):  # read at its open, as without a pack
+                if packed := pack_camera(path / f"images.{camera}", reader.total_frames):
+                    cameras[camera] = packed
+        listing = self.listings.setdefault(tuple(names), len(self.listings))
+        entry: dict[str, Any] = {"frames": reader.total_frames, "listing": listing,
+                                 "identities": self.identities.append(before),
+                                 "rows": [], "shapes": [], "annotations": annotations,
+                                 "bad": {}, "cameras": {}}  # fmt: skip
+        for i, (values, faults) in enumerate(read):
+            flat = values.reshape(len(values), int(np.prod(values.shape[1:])))
+            entry["rows"].append(self.arrays[i].append(flat))
+            entry["shapes"].append(list(values.shape))
+            if faults is not None:
+                frames = np.flatnonzero(faults[0]).tolist()
+                entry["bad"][self.keys[i]] = [frames, [faults[1][f] for f in frames]]
+        for camera, (meta, rows) in cameras.items():
+            length, *rest = meta["shape"]
+            shared = json.dumps({**meta, "shape": [0, *rest]}, sort_keys=True)
+            number = self.metas.setdefault(shared, len(self.metas))
+            span = self.indices[self.cameras.index(camera)].append(rows)
+            entry["cameras"][camera] = [number, length, *span]
+        return entry
+
+    def save(self, folder: Path) -> dict[str, Any]:
+        """The columns written into `folder`; the tables for index.json."""
+        for i, column in enumerate(self.arrays):
+            if len(column.widths()) > 1:  # no flat column holds them
+                raise _Ragged(
+                    f"{self.keys[i]} has rows of {column.widths()} values in different episodes"
+                )
+            column.save(folder / f"{i}.npy", np.float32)
+        for i, column in enumerate(self.indices):
+            column.save(folder / f"camera{i}.npy", np.uint64)
+        self.identities.save(folder / "identities.npy", np.int64)
+        return {"keys": self.keys, "cameras": self.cameras,
+                "listings": [list(names) for names in self.listings],
+                "metas": [json.loads(meta) for meta in self.metas]}  # fmt: skip
+
+
 def _build(
-    directory: Path, episodes: Sequence[EpisodeInfo], keys: Sequence[str], *, progress: bool
+    directory: Path,
+    episodes: Sequence[EpisodeInfo],
+    keys: Sequence[str],
+    cameras: Sequence[str],
+    *,
+    progress: bool,
 ) -> None:
     """Write the pack into a folder beside `directory` and rename it into place."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
     try:
-        columns: list[list[np.ndarray]] = [[] for _ in keys]
-        rows = [0] * len(keys)
+        columns = _Columns(keys, cameras)
         entries: list[dict[str, Any] | None] = []
         skipped: list[str] = []
         for info in tqdm(episodes, desc="numeric pack", unit="episode", disable=not progress):
-            path = Path(info.path)
             try:
-                files = depends_on(path, keys)
-                before = identities(path, files)
-                reader = EpisodeReader(path)
-                read = [read_key(reader, key) for key in keys]
-                annotations = reader.read_annotations()
+                entries.append(columns.entry(Path(info.path)))
             except Exception as exc:  # read at its open, where its fault is reported
                 entries.append(None)
-                skipped.append(f"{path}: {exc}")
-                continue
-            entry: dict[str, Any] = {"frames": reader.total_frames, "files": files,
-                                     "identities": before, "rows": [], "shapes": [],
-                                     "annotations": annotations, "bad": {}}  # fmt: skip
-            for i, (values, faults) in enumerate(read):
-                flat = values.reshape(len(values), int(np.prod(values.shape[1:])))
-                entry["rows"].append([rows[i], rows[i] + len(flat)])
-                entry["shapes"].append(list(values.shape))
-                columns[i].append(flat)
-                rows[i] += len(flat)
-                if faults is not None:
-                    frames = np.flatnonzero(faults[0]).tolist()
-                    entry["bad"][keys[i]] = [frames, [faults[1][f] for f in frames]]
-            entries.append(entry)
-        for i, column in enumerate(columns):
-            widths = sorted({c.shape[1] for c in column})
-            if len(widths) > 1:  # no flat column holds them
-                raise _Ragged(f"{keys[i]} has rows of {widths} values in different episodes")
-            stacked = np.concatenate(column) if column else np.zeros((0, 0), np.float32)
-            np.save(partial / f"{i}.npy", stacked.astype(np.float32, copy=False))
+                skipped.append(f"{info.path}: {exc}")
+        tables = columns.save(partial)
         paths = [str(e.path) for e in episodes]
-        index = {"format": PACK_FORMAT, "keys": list(keys), "paths": paths, "episodes": entries}
+        index = {"format": PACK_FORMAT, **tables, "paths": paths, "episodes": entries}
         (partial / "index.json").write_text(json.dumps(index))
         partial.chmod(0o755)  # mkdtemp's 0700 would keep the pack from a shared cache's users
         try:

@@ -19,6 +19,7 @@ from .remote_episodes import RemoteRootError as RemoteRootError
 from .remote_episodes import is_remote_root as is_remote_root
 from .remote_episodes import mirror_folder_name as mirror_folder_name
 from .remote_episodes import sync_remote_episodes as sync_remote_episodes
+from .vlen_bytes_reader import KnownArray as KnownArray
 from .vlen_bytes_reader import VlenBytesArrayReader as VlenBytesArrayReader
 from .zarr_chunks import MISSING as MISSING
 from .zarr_chunks import ChunkFileError as ChunkFileError

@@ -22,7 +22,7 @@ import zarr
 import zarr.dtype
 
 from polymimic_data.store.numeric_reader import read_rows
-from polymimic_data.store.vlen_bytes_reader import VlenBytesArrayReader
+from polymimic_data.store.vlen_bytes_reader import KnownArray, VlenBytesArrayReader
 from polymimic_data.store.zarr_chunks import ChunkFileError
 
 EPISODE_SUFFIX = ".zarr"
@@ -265,20 +265,35 @@ class EpisodeReader:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        try:
-            meta = json.loads((self.path / "zarr.json").read_text())
-            if meta.get("node_type") != "group":
-                raise ValueError("zarr.json is not a group's")
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{self.path}: cannot open as a zarr group ({exc})") from exc
-        self.attrs: dict[str, Any] = dict(meta.get("attributes", {}))
+        self._attrs: dict[str, Any] | None = _group_attributes(self.path)
+        self.total_frames = int(self._attrs["total_frames"])
         self._zarr_group: Any = None  # opened only when an array needs zarr's own reader
-        for field in ("embodiment", "total_frames"):
-            if field not in self.attrs:
-                raise ValueError(f"{self.path}: attribute {field!r} is missing")
-        self.total_frames = int(self.attrs["total_frames"])
         self._arrays: dict[str, Any] = {}
         self._jpeg_readers: dict[str, VlenBytesArrayReader] = {}
+
+    @classmethod
+    def from_known(
+        cls, path: str | os.PathLike[str], total_frames: int, cameras: Mapping[str, KnownArray]
+    ) -> EpisodeReader:
+        """An episode opened from what a numeric pack kept of it: no file is read.
+
+        `cameras`: each camera's image array as it was packed; a camera not named is read
+        from its files at first use, and `attrs` from the group's `zarr.json` when asked.
+        """
+        reader = cls.__new__(cls)
+        reader.path, reader._attrs, reader.total_frames = Path(path), None, total_frames
+        reader._zarr_group, reader._arrays = None, {}
+        reader._jpeg_readers = {
+            camera: reader._jpeg_reader(camera, known) for camera, known in cameras.items()
+        }
+        return reader
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The group's attributes (`embodiment`, `total_frames`, `fps`, `features`, ...)."""
+        if self._attrs is None:
+            self._attrs = _group_attributes(self.path)
+        return self._attrs
 
     @property
     def hash(self) -> str:
@@ -327,22 +342,24 @@ class EpisodeReader:
         """The JPEG bytes of one frame of one camera, by byte range where possible."""
         reader = self._jpeg_readers.get(camera)
         if reader is None:
-            key = f"images.{camera}"
-            if not (self.path / key / "zarr.json").exists():
-                raise KeyError(f"{self.path}: key {key!r} is missing")
-            try:
-                reader = VlenBytesArrayReader(self.path / key, lambda: self._array(key))
-            except (OSError, ValueError, KeyError) as exc:
-                raise ChunkFileError(
-                    f"{self.path / key}: unreadable array metadata ({exc})", whole_file=True
-                ) from exc
-            self._jpeg_readers[camera] = reader
+            reader = self._jpeg_readers[camera] = self._jpeg_reader(camera)
         if not 0 <= frame < self.total_frames:
             raise IndexError(f"{self.path}: frame {frame} outside 0..{self.total_frames - 1}")
         if reader.mode != "zarr":
             return reader.get(frame)
         with _vlen_bytes_allowed():
             return reader.get(frame)
+
+    def _jpeg_reader(self, camera: str, known: KnownArray | None = None) -> VlenBytesArrayReader:
+        key = f"images.{camera}"
+        if known is None and not (self.path / key / "zarr.json").exists():
+            raise KeyError(f"{self.path}: key {key!r} is missing")
+        try:
+            return VlenBytesArrayReader(self.path / key, lambda: self._array(key), known=known)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ChunkFileError(
+                f"{self.path / key}: unreadable array metadata ({exc})", whole_file=True
+            ) from exc
 
     def read_jpegs(self, camera: str, start: int, stop: int) -> list[bytes]:
         """JPEG bytes of frames [start, stop) of one camera."""
@@ -355,6 +372,21 @@ class EpisodeReader:
         reader = VlenBytesArrayReader(array_dir, lambda: self._array("annotations"))
         with _vlen_bytes_allowed():
             return [json.loads(reader.get(i)) for i in range(int(reader.meta["shape"][0]))]
+
+
+def _group_attributes(path: Path) -> dict[str, Any]:
+    """An episode group's attributes; ValueError naming the file when it is not one."""
+    try:
+        meta = json.loads((path / "zarr.json").read_text())
+        if meta.get("node_type") != "group":
+            raise ValueError("zarr.json is not a group's")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot open as a zarr group ({exc})") from exc
+    attrs = dict(meta.get("attributes", {}))
+    for field in ("embodiment", "total_frames"):
+        if field not in attrs:
+            raise ValueError(f"{path}: attribute {field!r} is missing")
+    return attrs
 
 
 def episode_hash(path: str | os.PathLike[str]) -> str:

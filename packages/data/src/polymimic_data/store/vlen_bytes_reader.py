@@ -18,6 +18,7 @@ import json
 import struct
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import numpy as np
 from polymimic_data.store.zarr_chunks import (
     MISSING,
     ChunkFileError,
+    ChunkLayout,
     chunk_key,
     decode_bytes,
     file_size,
@@ -40,20 +42,43 @@ _SINGLE = struct.Struct("<II")  # a vlen-bytes chunk's item count, then its firs
 _VLEN = numcodecs.VLenBytes()
 
 
+@dataclass(frozen=True)
+class KnownArray:
+    """What opening an array reads, kept elsewhere (by samples.numeric_pack).
+
+    Its metadata (`zarr.json`), its layout and, by shard file number, each shard's index.
+    """
+
+    meta: dict[str, Any]
+    layout: ChunkLayout
+    shard_indices: dict[int, np.ndarray]
+
+
 class VlenBytesArrayReader:
     """Item `i` of one vlen-bytes array, by byte ranges where the layout allows."""
 
     def __init__(
-        self, array_dir: Path, open_zarr: Callable[[], Any], cache_files: int = 64
+        self,
+        array_dir: Path,
+        open_zarr: Callable[[], Any],
+        cache_files: int = 64,
+        *,
+        known: KnownArray | None = None,
     ) -> None:
+        """`known`: what an open reads, kept by a numeric pack: the reader reads no file."""
         self.array_dir = array_dir
         self._open_zarr = open_zarr
         self._zarr: Any = None
-        self.meta = json.loads((array_dir / "zarr.json").read_text())
-        self.layout = read_layout(self.meta)
+        if known is None:
+            self.meta = json.loads((array_dir / "zarr.json").read_text())
+            self.layout = read_layout(self.meta)
+        else:
+            self.meta, self.layout = known.meta, known.layout
         if self.layout.serializer not in ("", "vlen-bytes"):
             raise ValueError(f"{array_dir}: not a variable-length bytes array")
-        self._index_cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._index_cache: OrderedDict[int, np.ndarray] = OrderedDict(
+            known.shard_indices if known is not None else {}
+        )
         self._cache_files = cache_files
         self._paths: dict[int, Path] = {}
         # Inner chunks of several items, decoded: the next frame is usually in the same one.
