@@ -255,10 +255,16 @@ class TimedSamples(torch.utils.data.Dataset):
         return len(self.inner)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        """A batch's samples as the DataLoader reads them (all at once), each with its share."""
         start = time.perf_counter()
-        sample = self.inner[index]
-        sample["bench_s"] = time.perf_counter() - start
-        return sample
+        samples = self.inner.__getitems__(indices)
+        share = (time.perf_counter() - start) / max(1, len(samples))
+        for sample in samples:
+            sample["bench_s"] = share
+        return samples
 
 
 def timed_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:

@@ -241,3 +241,36 @@ def test_batches_carry_faults_and_the_ledger_summarises_each_epoch(tmp_path: Pat
     assert ledger.bad_fraction == 5 / 8
     assert "left.gripper" in ledger.end_epoch()
     assert ledger.end_epoch() == ""
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_batch_read_at_once_meets_faults_as_its_samples_do_one_by_one(
+    tmp_path: Path, threads: int
+) -> None:
+    """A corrupt frame of one camera and an episode missing a key, in a batch read at once
+    (EpisodeDataset.__getitems__): the same stand-ins, images and faults as one by one."""
+    first, _, third = _episodes(tmp_path, "eva_bimanual", count=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.open_array(first / "images.left_wrist", mode="r+")[3:4] = np.array(
+            [b"not a jpeg"], dtype=object
+        )
+    episodes = resolve_episodes(tmp_path)
+    shutil.rmtree(third / "right.gripper")  # after the index: met at the episode's open
+    cameras = ("front_1", "left_wrist", "right_wrist")
+    indices = [3, 45, 2, 21, 50, 3]  # frame 3 of the first twice; the third's are dropped
+
+    def fresh() -> EpisodeDataset:
+        return EpisodeDataset(episodes, embodiment="eva_bimanual", cameras=cameras,
+                              image_size=(16, 20), horizon=4, decode_threads=threads)  # fmt: skip
+
+    at_once = collate_samples(fresh().__getitems__(indices))
+    dataset = fresh()
+    one_by_one = collate_samples([dataset[i] for i in indices])
+    for key, value in at_once.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, one_by_one[key]), key
+        else:
+            assert value == one_by_one[key], key
+    faults = [(f["key"], f["frame"]) for sample in at_once["data_faults"] for f in sample]
+    assert ("images.left_wrist", 3) in faults and any(k == "right.gripper" for k, _ in faults)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from polymimic_data import EpisodeDataset, EpisodeReader, collate_samples, resolve_episodes
+from polymimic_data.samples import make_dataloader
 
 
 @pytest.fixture
@@ -110,3 +111,73 @@ def test_chunks_resampled_from_a_window_interpolate_and_slerp(eva_root: Path) ->
     np.testing.assert_allclose(np.linalg.norm(actions[:, 3:7], axis=1), 1.0, atol=1e-5)
     near_end = ds[episodes[0].total_frames - 3]["action_mask"].numpy()
     assert near_end[0] and not near_end[-1]
+
+
+class _OneByOne(EpisodeDataset):
+    """The same samples without __getitems__: a DataLoader reads them one at a time."""
+
+    __getitems__ = None  # type: ignore[assignment]
+
+
+class _Marked(EpisodeDataset):
+    """Its samples say they were read a batch at once."""
+
+    def __getitems__(self, indices: list[int]) -> list[dict]:
+        samples = super().__getitems__(indices)
+        for sample in samples:
+            sample["at_once"] = True
+        return samples
+
+
+def _same_batches(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, b[key]), key
+            assert value.shape == b[key].shape and value.stride() == b[key].stride(), key
+        else:
+            assert value == b[key], key
+
+
+CAMERAS = ("front_1", "left_wrist", "right_wrist")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize(
+    "image_size", [None, (32, 40), (24, 30)], ids=["native", "scaled by the DCT", "resized"]
+)
+def test_a_batch_read_at_once_is_the_samples_read_one_by_one(
+    eva_root: Path, image_size: tuple | None, threads: int
+) -> None:
+    """Decoded into one buffer per camera, which collation hands on without a copy."""
+
+    def dataset(kind: type[EpisodeDataset]) -> EpisodeDataset:
+        return kind(resolve_episodes(eva_root), embodiment="eva_bimanual", cameras=CAMERAS,
+                    image_size=image_size, horizon=4, decode_threads=threads)  # fmt: skip
+
+    indices = [5, 70, 3, 140, 99]
+    samples = dataset(EpisodeDataset).__getitems__(indices)
+    batch = collate_samples(samples)
+    _same_batches(batch, collate_samples([dataset(EpisodeDataset)[i] for i in indices]))
+    for camera in CAMERAS:  # the buffer the samples were decoded into is the batch's
+        assert batch[f"images.{camera}"].data_ptr() == samples[0][f"images.{camera}"].data_ptr()
+    assert dataset(EpisodeDataset).__getitems__([]) == []
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_gives_the_same_batches_reading_a_batch_at_once(
+    eva_root: Path, workers: int
+) -> None:
+    """In a worker, the batch's images come across in the shared memory decoded into."""
+
+    def batches(kind: type[EpisodeDataset]) -> list[dict]:
+        dataset = kind(resolve_episodes(eva_root), embodiment="eva_bimanual", cameras=CAMERAS,
+                       image_size=(32, 40), horizon=4)  # fmt: skip
+        loader = make_dataloader(dataset, batch_size=8, shuffle=True, num_workers=workers)
+        return [batch for _, batch in zip(range(4), loader, strict=False)]
+
+    at_once, one_by_one = batches(_Marked), batches(_OneByOne)
+    for a, b in zip(at_once, one_by_one, strict=True):
+        assert a.pop("at_once") == [True] * 8  # the loader read the batch at once
+        _same_batches(a, b)
+        assert a["images.front_1"].is_shared() == (workers > 0)

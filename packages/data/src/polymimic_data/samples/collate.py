@@ -2,12 +2,45 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
-from torch.utils.data import default_collate
+from torch.utils.data import default_collate, get_worker_info
 
 Sample = dict[str, Any]
+
+
+def batch_buffer(shape: tuple[int, ...]) -> torch.Tensor:
+    """A uint8 buffer for a batch's images of one camera, (B, H, W, 3).
+
+    In shared memory inside a loader worker (the batch crosses to the training process in
+    it, as default_collate's stack would), private memory otherwise.
+    """
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.uint8)
+    storage = torch.UntypedStorage._new_shared(math.prod(shape))  # what default_collate uses
+    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+
+
+def _one_buffer(images: list[torch.Tensor]) -> torch.Tensor | None:
+    """The (B, H, W, 3) buffer whose slots, in order, the (3, H, W) `images` are views of.
+
+    EpisodeDataset.__getitems__ decodes a batch into one; None where they are not.
+    """
+    base = images[0]._base
+    if base is None or base.dim() != 4 or base.shape[0] != len(images):
+        return None
+    slot = base[0].permute(2, 0, 1)
+    for i, image in enumerate(images):
+        if (
+            image._base is not base
+            or image.data_ptr() != base.data_ptr() + i * base.stride(0)
+            or image.shape != slot.shape
+            or image.stride() != slot.stride()
+        ):
+            return None
+    return base
 
 
 def collate_samples(samples: list[Sample]) -> dict[str, Any]:
@@ -26,8 +59,12 @@ def collate_samples(samples: list[Sample]) -> dict[str, Any]:
             continue
         if key.startswith("images."):
             # Decoded images are (3, H, W) views of HWC memory: stack them as HWC (a plain
-            # copy, into shared memory inside a worker) and hand out the channels-last view.
-            hwc = default_collate([s[key].permute(1, 2, 0) for s in samples])
+            # copy, into shared memory inside a worker) and hand out the channels-last view;
+            # images decoded into one buffer already (a batch read at once) are not copied.
+            images = [s[key] for s in samples]
+            hwc = _one_buffer(images)
+            if hwc is None:
+                hwc = default_collate([image.permute(1, 2, 0) for image in images])
             batch[key] = hwc.permute(0, 3, 1, 2)
         elif isinstance(value, torch.Tensor):
             batch[key] = default_collate([s[key] for s in samples])

@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 from polymimic_data.embodiments.registry import get_embodiment
 from polymimic_data.episodes.resolver import EpisodeInfo
 from polymimic_data.geometry.layouts import Layout
-from polymimic_data.samples.collate import Sample
+from polymimic_data.samples.collate import Sample, batch_buffer
 from polymimic_data.samples.episode_cache import EpisodeCache, LoadedEpisode
 from polymimic_data.samples.faults import (
     DataFault,
@@ -216,7 +216,7 @@ class EpisodeDataset(Dataset[Sample]):
             actions = assemble(self.recipe, self.recipe.actions, loaded.arrays, steps, reference)
         return state, actions, plan.action_mask(steps, n)
 
-    def _build(self, index: int) -> Sample:
+    def _build(self, index: int, outs: Sequence[torch.Tensor] | None = None) -> Sample:
         episode, frame = self.locate(index)
         self._faults.check_not_dropped(episode, frame)
         loaded = self._cache.get(episode)
@@ -237,7 +237,7 @@ class EpisodeDataset(Dataset[Sample]):
             except Exception as exc:
                 hash_ = self.episodes[episode].hash
                 raise read_fault(hash_, f"images.{camera}", frame, exc) from exc
-        images = self.decoder(jpegs, self.image_size, decode_jpeg)
+        images = self.decoder(jpegs, self.image_size, decode_jpeg, outs)
         for camera, image in zip(self.cameras, images, strict=True):
             if isinstance(image, Exception):
                 hash_ = self.episodes[episode].hash
@@ -247,11 +247,39 @@ class EpisodeDataset(Dataset[Sample]):
 
     def __getitem__(self, index: int) -> Sample:
         """The sample at `index`, or a stand-in for it; `faults` lists what was met on the way."""
+        return self._sample(index)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
+        """The samples at `indices`, each as `self[i]` gives it, images decoded into one buffer.
+
+        One buffer per camera (shared memory inside a loader worker, as collation's would
+        be): collate_samples hands it on as the batch's, so a batch's images are written
+        once instead of decoded and then stacked. The DataLoader calls it for a batch. A
+        subclass that overrides `__getitem__` is read through it, a sample at a time.
+        """
+        if type(self).__getitem__ is not EpisodeDataset.__getitem__:
+            return [self[i] for i in indices]
+        if not indices:
+            return []
+        first = self._sample(indices[0])  # its images' size is the batch's
+        buffers = {}
+        for camera in self.cameras:
+            image = first[f"images.{camera}"]  # (3, H, W)
+            buffer = batch_buffer((len(indices), *image.shape[1:], image.shape[0]))
+            buffer[0].copy_(image.permute(1, 2, 0))
+            first[f"images.{camera}"] = buffer[0].permute(2, 0, 1)
+            buffers[camera] = buffer
+        samples = [first]
+        for slot, index in enumerate(indices[1:], 1):
+            samples.append(self._sample(index, [buffers[c][slot] for c in self.cameras]))
+        return samples
+
+    def _sample(self, index: int, outs: Sequence[torch.Tensor] | None = None) -> Sample:
         faults: list[DataFault] = []
         current = index
         for attempt in range(1, _MAX_REPLACEMENTS + 1):
             try:
-                sample = self._build(current)
+                sample = self._build(current, outs)
             except SampleFault as exc:
                 fault = self._faults.note(exc, self.locate(current)[0])
                 if fault is not None:

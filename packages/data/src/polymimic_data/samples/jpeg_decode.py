@@ -58,13 +58,22 @@ def _decode_rgb(data: bytes, height: int = 0, width: int = 0, fastdct: bool = Fa
         )
 
 
-def decode_jpeg(data: bytes, size: tuple[int, int] | None = None) -> torch.Tensor:
+def decode_jpeg(
+    data: bytes, size: tuple[int, int] | None = None, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Decode one JPEG to a uint8 (3, H, W) tensor.
 
     With `size` (H, W) smaller than the image, libjpeg-turbo scales in the DCT domain
     to the smallest power-of-two reduction that is still at least `size`, and only the
     remainder (if any) is resized. The full-size image is never materialised.
+
+    `out`: a contiguous uint8 (H, W, 3) tensor to decode into (a slot of a batch's buffer),
+    the result then a (3, H, W) view of it; used only where the image comes out that size.
     """
+    if out is not None:
+        into = _decode_into(data, size, out)
+        if into is not None:
+            return into
     if size is None:
         image = _decode_rgb(data)
     else:
@@ -75,6 +84,25 @@ def decode_jpeg(data: bytes, size: tuple[int, int] | None = None) -> torch.Tenso
     if size is not None and tuple(tensor.shape[1:]) != tuple(size):
         tensor = resize_uint8(tensor, size)
     return tensor  # a (3, H, W) view of HWC memory: collation's stack makes the one copy
+
+
+def _decode_into(
+    data: bytes, size: tuple[int, int] | None, out: torch.Tensor
+) -> torch.Tensor | None:
+    """decode_jpeg into `out`; None where the image does not come out `out`'s size."""
+    height, width = size if size is not None else (0, 0)
+    try:
+        scaled = simplejpeg.decode_jpeg_header(data, min_height=height, min_width=width)[:2]
+    except Exception:  # a bad JPEG: decode_jpeg's own path raises what simplejpeg raises
+        return None
+    if tuple(out.shape) != (*(size or scaled), 3):
+        return None
+    if tuple(scaled) == tuple(out.shape[:2]):  # straight into it
+        simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=size is not None,
+                               min_height=height, min_width=width, buffer=out.numpy())  # fmt: skip
+    else:  # a remainder to resize: the resized image copied in
+        out.copy_(decode_jpeg(data, size).permute(1, 2, 0))
+    return out.permute(2, 0, 1)
 
 
 def decode_threads(cameras: int, cores: int, workers: int) -> int:
@@ -138,20 +166,25 @@ class CameraDecoder:
         self,
         jpegs: Sequence[bytes],
         size: tuple[int, int] | None,
-        decode: Callable[[bytes, tuple[int, int] | None], torch.Tensor] = decode_jpeg,
+        decode: Callable[..., torch.Tensor] = decode_jpeg,
+        outs: Sequence[torch.Tensor] | None = None,
     ) -> list[torch.Tensor | Exception]:
-        """Each JPEG decoded by `decode`, or the exception it raised, in order."""
+        """Each JPEG decoded by `decode`, or the exception it raised, in order.
 
-        def one(data: bytes) -> torch.Tensor | Exception:
+        `outs`: where each goes (decode_jpeg's `out`), one per JPEG.
+        """
+
+        def one(data: bytes, out: torch.Tensor | None) -> torch.Tensor | Exception:
             try:
-                return decode(data, size)
+                return decode(data, size) if out is None else decode(data, size, out)
             except Exception as exc:  # the caller reports it with its camera
                 return exc
 
+        into = list(outs) if outs is not None else [None] * len(jpegs)
         pool = self._executor()
         if pool is None or len(jpegs) < 2 or max(map(_pixels, jpegs)) < MIN_THREADED_PIXELS:
-            return [one(data) for data in jpegs]
-        return list(pool.map(one, jpegs))
+            return [one(data, out) for data, out in zip(jpegs, into, strict=True)]
+        return list(pool.map(one, jpegs, into))
 
 
 def _pixels(data: bytes) -> int:
