@@ -48,8 +48,8 @@ from polymimic_data.episodes.bad_values import frame_faults
 from polymimic_data.episodes.resolver import EpisodeInfo
 from polymimic_data.store.atomic_files import exclusive, write_text_atomic
 from polymimic_data.store.episode_store import EpisodeReader
-from polymimic_data.store.vlen_bytes_reader import KnownArray
-from polymimic_data.store.zarr_chunks import chunk_key, read_layout, shard_index
+from polymimic_data.store.vlen_bytes_reader import KnownArray, VlenBytesArrayReader
+from polymimic_data.store.zarr_chunks import read_layout
 
 log = logging.getLogger(__name__)
 PACK_FORMAT = 2  # 2: cameras and the group's attributes packed too; identities in a .npy
@@ -119,24 +119,6 @@ def pack_key(
     parts = [str(PACK_FORMAT), *keys, "cameras:", *cameras]
     parts += [f"{e.path}|{e.hash}|{e.total_frames}" for e in episodes]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-
-
-def pack_camera(array_dir: Path, total_frames: int) -> tuple[dict[str, Any], np.ndarray] | None:
-    """A camera's metadata and its shards' indices, one after another, as a pack keeps them.
-
-    None where its layout is not read by byte ranges from shards (it is read from its files
-    at its open, as without a pack). OSError or ChunkFileError where a file is unreadable.
-    """
-    meta = json.loads((array_dir / "zarr.json").read_text())
-    layout = read_layout(meta)
-    if layout.mode != "sharded":
-        return None
-    files = -(-min(total_frames, int(meta["shape"][0])) // layout.per_file)
-    rows = [shard_index(array_dir / chunk_key(meta, f), layout) for f in range(files)]
-    chunks = layout.per_file // layout.per_chunk
-    return meta, (np.concatenate(rows) if rows else np.zeros((0, 2), np.uint64)).reshape(
-        files * chunks, 2
-    )
 
 
 BUILD_LOCK_TIMEOUT_S = 1800.0  # a build of 10,000 episodes takes minutes, not half an hour
@@ -271,11 +253,20 @@ def _mapped(path: Path) -> np.ndarray:
         return np.load(path)
 
 
+def _no_zarr() -> None:
+    raise ValueError("not packed: read through zarr")
+
+
+def _stacked(parts: Sequence[np.ndarray], empty: np.ndarray) -> np.ndarray:
+    return np.concatenate(parts) if parts else empty
+
+
 class _Column:
     """One flat file of the pack, an episode's rows at a time."""
 
     def __init__(self, empty: np.ndarray) -> None:
-        self.parts, self.rows, self.empty = [empty], 0, empty
+        self.parts: list[np.ndarray] = []
+        self.rows, self.empty = 0, empty
 
     def append(self, values: np.ndarray) -> list[int]:
         """Add an episode's rows; where they will sit, [start, stop)."""
@@ -284,11 +275,10 @@ class _Column:
         return [self.rows - len(values), self.rows]
 
     def widths(self) -> list[int]:
-        return sorted({part.shape[1] for part in self.parts[1:]})
+        return sorted({part.shape[1] for part in self.parts})
 
     def save(self, path: Path, dtype: type) -> None:
-        parts = self.parts[1:] or [self.empty]
-        np.save(path, np.concatenate(parts).astype(dtype, copy=False))
+        np.save(path, _stacked(self.parts, self.empty).astype(dtype, copy=False))
 
 
 class _Columns:
@@ -314,8 +304,9 @@ class _Columns:
         cameras = {}
         for camera in self.cameras:
             with contextlib.suppress(OSError, ValueError):  # read at its open, as without a pack
-                if packed := pack_camera(path / f"images.{camera}", reader.total_frames):
-                    cameras[camera] = packed
+                array = VlenBytesArrayReader(path / f"images.{camera}", _no_zarr)
+                if (known := array.known(reader.total_frames)) is not None:
+                    cameras[camera] = known
         listing = self.listings.setdefault(tuple(names), len(self.listings))
         entry: dict[str, Any] = {"frames": reader.total_frames, "listing": listing,
                                  "identities": self.identities.append(before),
@@ -328,12 +319,14 @@ class _Columns:
             if faults is not None:
                 frames = np.flatnonzero(faults[0]).tolist()
                 entry["bad"][self.keys[i]] = [frames, [faults[1][f] for f in frames]]
-        for camera, (meta, rows) in cameras.items():
-            length, *rest = meta["shape"]
-            shared = json.dumps({**meta, "shape": [0, *rest]}, sort_keys=True)
+        for camera, known in cameras.items():
+            length, *rest = known.meta["shape"]
+            shared = json.dumps({**known.meta, "shape": [0, *rest]}, sort_keys=True)
             number = self.metas.setdefault(shared, len(self.metas))
-            span = self.indices[self.cameras.index(camera)].append(rows)
-            entry["cameras"][camera] = [number, length, *span]
+            column = self.indices[self.cameras.index(camera)]
+            rows = _stacked([known.shard_indices[f] for f in sorted(known.shard_indices)],
+                            column.empty)  # fmt: skip
+            entry["cameras"][camera] = [number, length, *column.append(rows)]
         return entry
 
     def save(self, folder: Path) -> dict[str, Any]:

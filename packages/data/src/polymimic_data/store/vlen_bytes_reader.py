@@ -105,6 +105,17 @@ class VlenBytesArrayReader:
             self._index_cache.move_to_end(file_index)
         return entry
 
+    def known(self, items: int) -> KnownArray | None:
+        """What an open of this array reads to get its first `items` (a pack keeps it).
+
+        None unless its layout is read by byte ranges from shards.
+        """
+        if self.mode != "sharded":
+            return None
+        files = -(-min(items, int(self.meta["shape"][0])) // self.layout.per_file)
+        indices = {f: self._shard_index(self._file(f)) for f in range(files)}
+        return KnownArray(self.meta, self.layout, indices)
+
     def _shard_index(self, path: Path) -> np.ndarray:
         return shard_index(path, self.layout)
 
