@@ -269,7 +269,7 @@ class TimedSamples(torch.utils.data.Dataset):
 
 def timed_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """collate_samples, with its seconds in the batch (`bench_collate_s`): in a worker, the
-    stack into shared memory the batch crosses to the training process in."""
+    images' buffers handed on (a batch read at once) and the numbers stacked."""
     start = time.perf_counter()
     batch = collate_samples(samples)
     batch["bench_collate_s"] = time.perf_counter() - start
@@ -314,11 +314,13 @@ def dataloader_breakdown(
     per_sample = float(np.mean(made))
     emit("worker_busy_ms_per_sample", per_sample * 1e3, "ms", **where,
          over_floor=round(per_sample / floor_s, 3))  # fmt: skip
-    emit("worker_collate_shm_ms_per_batch", float(np.mean(stacked)) * 1e3, "ms", **where)
+    emit("worker_collate_ms_per_batch", float(np.mean(stacked)) * 1e3, "ms", **where)
     emit("main_wait_ms_per_batch", wait / batches * 1e3, "ms", **where)
     emit("main_first_touch_ms_per_batch", first / batches * 1e3, "ms", **where)
     emit("main_touch_again_ms_per_batch", again / batches * 1e3, "ms", **where)
-    busy = (sum(made) + sum(stacked)) / (workers * (total - first - again))
+    # of the workers' time, the share spent making and collating the batches received (some
+    # made before the window, as many as were prefetched in it: it is approximate)
+    busy = (sum(made) + sum(stacked)) / (workers * total)
     emit("worker_busy_fraction", busy, "fraction", **where)
 
 
@@ -484,7 +486,7 @@ def files_opened() -> Iterator[list[str]]:
         os.open, io.open, builtins.open = real_os_open, real_open, real_open
 
 
-def open_figures(fresh: Any, pack_dir: Path, count: int = 500, rounds: int = 3) -> None:
+def open_figures(fresh: Any, count: int = 500, rounds: int = 3) -> None:
     """An episode's open, as a worker's first sample of it meets it: its numeric arrays, bad
     frames and annotations, and its cameras' first frames read (their metadata and shard
     index with them), from disk and from the numeric pack, alternated, best of `rounds`;
@@ -549,7 +551,7 @@ def scale_figures(root: Path, samples: int, batches: int, rounds: int = 5) -> No
     fresh(pack=True)
     emit("numeric_pack_build_s", time.perf_counter() - start, "s",
          episodes=len(template.episodes))  # fmt: skip
-    open_figures(fresh, pack_dir)
+    open_figures(fresh)
     template.use_numeric_pack(pack_dir, progress=False)  # the loader's figures, as the app runs
 
     def timed(run: Any, items: list) -> float:

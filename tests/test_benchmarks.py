@@ -44,7 +44,7 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
     # where a DataLoader's time goes, beside it
     for metric in ("dataloader_over_limit", "work_limit_samples_per_s", "transport_samples_per_s",
                    "worker_ms_per_sample", "collate_ms_per_batch", "first_batch_s",
-                   "worker_busy_ms_per_sample", "worker_collate_shm_ms_per_batch",
+                   "worker_busy_ms_per_sample", "worker_collate_ms_per_batch",
                    "main_wait_ms_per_batch", "main_first_touch_ms_per_batch",
                    "worker_busy_fraction"):  # fmt: skip
         assert figures[metric]["value"] > 0, metric

@@ -129,6 +129,15 @@ class _Marked(EpisodeDataset):
         return samples
 
 
+def _collate_telling_copies(samples: list[dict]) -> dict:
+    """collate_samples, the batch saying whether its images were copied (in the worker)."""
+    batch = collate_samples(samples)
+    batch["images_copied"] = any(
+        batch[f"images.{c}"].data_ptr() != samples[0][f"images.{c}"].data_ptr() for c in CAMERAS
+    )
+    return batch
+
+
 def _same_batches(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for key, value in a.items():
@@ -174,10 +183,13 @@ def test_a_loader_gives_the_same_batches_reading_a_batch_at_once(
         dataset = kind(resolve_episodes(eva_root), embodiment="eva_bimanual", cameras=CAMERAS,
                        image_size=(32, 40), horizon=4)  # fmt: skip
         loader = make_dataloader(dataset, batch_size=8, shuffle=True, num_workers=workers)
+        loader.collate_fn = _collate_telling_copies
         return [batch for _, batch in zip(range(4), loader, strict=False)]
 
     at_once, one_by_one = batches(_Marked), batches(_OneByOne)
     for a, b in zip(at_once, one_by_one, strict=True):
         assert a.pop("at_once") == [True] * 8  # the loader read the batch at once
+        assert a.pop("images_copied") is False  # and collation handed its buffers on
+        assert b.pop("images_copied") is True
         _same_batches(a, b)
         assert a["images.front_1"].is_shared() == (workers > 0)

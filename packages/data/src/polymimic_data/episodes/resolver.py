@@ -22,7 +22,7 @@ from polymimic_data.embodiments.declared import (
     declare,
 )
 from polymimic_data.embodiments.registry import get_embodiment
-from polymimic_data.store.atomic_files import write_json_atomic
+from polymimic_data.store.atomic_files import file_identity, write_json_atomic
 from polymimic_data.store.episode_attrs import attrs_match, read_group_attrs
 from polymimic_data.store.episode_store import episode_hash
 
@@ -190,16 +190,15 @@ def job_cache_dir(base: str | os.PathLike[str]) -> Path:
 def _fingerprint(roots: Sequence[Path]) -> list[list[Any]]:
     """Each candidate episode with its folder's mtime and its group metadata's identity.
 
-    The metadata's change time and inode too: a `zarr.json` copied or rewritten with its
-    mtime restored (`cp -p`, `rsync -t`) still changes them.
+    The identity (store.file_identity) holds the change time and inode too: a `zarr.json`
+    copied or rewritten with its mtime restored (`cp -p`, `rsync -t`) still changes it.
     """
     out = []
     for root in roots:  # paths as strings: pathlib would be most of a cached resolve's time
         for path, kind in _walk_root(str(root)):
             if kind == EPISODE:
-                meta = os.stat(os.path.join(path, "zarr.json"))
-                out.append([path, os.stat(path).st_mtime_ns, meta.st_mtime_ns,
-                            meta.st_ctime_ns, meta.st_ino, meta.st_size])  # fmt: skip
+                meta = file_identity(os.path.join(path, "zarr.json"))
+                out.append([path, os.stat(path).st_mtime_ns, *meta])
     return out
 
 

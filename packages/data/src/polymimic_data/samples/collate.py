@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
 Sample = dict[str, Any]
+
+
+# what batch_buffer made, by id (a tensor's == is elementwise, so no WeakSet)
+_BUFFERS: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 
 
 def batch_buffer(shape: tuple[int, ...]) -> torch.Tensor:
@@ -18,18 +23,22 @@ def batch_buffer(shape: tuple[int, ...]) -> torch.Tensor:
     it, as default_collate's stack would), private memory otherwise.
     """
     if get_worker_info() is None:
-        return torch.empty(shape, dtype=torch.uint8)
-    storage = torch.UntypedStorage._new_shared(math.prod(shape))  # what default_collate uses
-    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+        buffer = torch.empty(shape, dtype=torch.uint8)
+    else:  # a tensor of the storage itself (not a view), as default_collate makes its own
+        storage = torch.UntypedStorage._new_shared(math.prod(shape))
+        buffer = torch.empty(0, dtype=torch.uint8).set_(storage).resize_(shape)
+    _BUFFERS[id(buffer)] = buffer
+    return buffer
 
 
 def _one_buffer(images: list[torch.Tensor]) -> torch.Tensor | None:
     """The (B, H, W, 3) buffer whose slots, in order, the (3, H, W) `images` are views of.
 
-    EpisodeDataset.__getitems__ decodes a batch into one; None where they are not.
+    EpisodeDataset.__getitems__ decodes a batch into one (batch_buffer's, and only those:
+    no other tensor is handed out as a batch); None where they are not.
     """
     base = images[0]._base
-    if base is None or base.dim() != 4 or base.shape[0] != len(images):
+    if base is None or _BUFFERS.get(id(base)) is not base or base.shape[0] != len(images):
         return None
     slot = base[0].permute(2, 0, 1)
     for i, image in enumerate(images):

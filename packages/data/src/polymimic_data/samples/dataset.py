@@ -254,7 +254,8 @@ class EpisodeDataset(Dataset[Sample]):
 
         One buffer per camera (shared memory inside a loader worker, as collation's would
         be): collate_samples hands it on as the batch's, so a batch's images are written
-        once instead of decoded and then stacked. The DataLoader calls it for a batch. A
+        once instead of decoded and then stacked. The DataLoader calls it for a batch. The
+        samples' images are views of those buffers (a sample kept keeps its batch's). A
         subclass that overrides `__getitem__` is read through it, a sample at a time.
         """
         if type(self).__getitem__ is not EpisodeDataset.__getitem__:

@@ -83,7 +83,8 @@ def decode_jpeg(
     tensor = torch.from_numpy(np.ascontiguousarray(image).transpose(2, 0, 1))
     if size is not None and tuple(tensor.shape[1:]) != tuple(size):
         tensor = resize_uint8(tensor, size)
-    return tensor  # a (3, H, W) view of HWC memory: collation's stack makes the one copy
+    return tensor  # a (3, H, W) view of HWC memory: collation's stack copies it (a batch
+    # read at once decodes into its batch's buffer instead: `out`)
 
 
 def _decode_into(

@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from polymimic_data.episodes.bad_values import frame_faults
 from polymimic_data.episodes.resolver import EpisodeInfo
-from polymimic_data.store.atomic_files import exclusive, write_text_atomic
+from polymimic_data.store.atomic_files import exclusive, file_identity, write_text_atomic
 from polymimic_data.store.episode_store import EpisodeReader
 from polymimic_data.store.vlen_bytes_reader import KnownArray, VlenBytesArrayReader
 from polymimic_data.store.zarr_chunks import read_layout
@@ -72,11 +72,6 @@ def read_key(
     return values, ((mask, reasons) if mask.any() else None)
 
 
-def _identity(path: str) -> list[int]:
-    stat = os.stat(path)
-    return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
-
-
 def depends_on(episode: Path, keys: Sequence[str], cameras: Sequence[str] = ()) -> list[str]:
     """What an open reading `keys`, the annotations and `cameras` depends on.
 
@@ -88,7 +83,8 @@ def depends_on(episode: Path, keys: Sequence[str], cameras: Sequence[str] = ()) 
         top = episode / key
         if not top.is_dir():
             continue
-        for folder, _, files in os.walk(top):
+        for folder, folders, files in os.walk(top):
+            folders.sort()  # the same listing for episodes laid out alike
             relative = os.path.relpath(folder, episode)
             names += [relative, *(os.path.join(relative, f) for f in sorted(files))]
     return names
@@ -97,7 +93,7 @@ def depends_on(episode: Path, keys: Sequence[str], cameras: Sequence[str] = ()) 
 def identities(episode: Path, names: Sequence[str]) -> np.ndarray | None:
     """Each name's identity now (inode, size, mtime, ctime); None when one has vanished."""
     try:
-        return np.array([_identity(os.path.join(episode, name)) for name in names], np.int64)
+        return np.array([file_identity(os.path.join(episode, name)) for name in names], np.int64)
     except OSError:
         return None
 
@@ -286,9 +282,9 @@ class _Columns:
 
     def __init__(self, keys: Sequence[str], cameras: Sequence[str]) -> None:
         self.keys, self.cameras = list(keys), list(cameras)
-        self.arrays = [_Column(np.zeros((0, 0))) for _ in self.keys]
-        self.indices = [_Column(np.zeros((0, 2))) for _ in self.cameras]
-        self.identities = _Column(np.zeros((0, 4)))
+        self.arrays = [_Column(np.zeros((0, 0), np.float32)) for _ in self.keys]
+        self.indices = [_Column(np.zeros((0, 2), np.uint64)) for _ in self.cameras]
+        self.identities = _Column(np.zeros((0, 4), np.int64))
         self.listings: dict[tuple[str, ...], int] = {}  # each distinct listing once
         self.metas: dict[str, int] = {}  # each camera metadata once, its length left out
 
@@ -303,7 +299,7 @@ class _Columns:
         annotations = reader.read_annotations()
         cameras = {}
         for camera in self.cameras:
-            with contextlib.suppress(OSError, ValueError):  # read at its open, as without a pack
+            with contextlib.suppress(OSError, ValueError, KeyError):  # read at its open instead
                 array = VlenBytesArrayReader(path / f"images.{camera}", _no_zarr)
                 if (known := array.known(reader.total_frames)) is not None:
                     cameras[camera] = known

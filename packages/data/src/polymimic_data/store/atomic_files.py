@@ -1,7 +1,8 @@
 """Atomic file writes: a reader sees the old file or the new one, never half of one.
 
 And `exclusive`, a lock file for work that several processes (a job's ranks) would
-otherwise each do at once: the first does it, the others wait and then find it done.
+otherwise each do at once: the first does it, the others wait and then find it done; and
+`file_identity`, by which a cache of what a file held tells that it has changed since.
 """
 
 from __future__ import annotations
@@ -104,3 +105,16 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
     """Write `data` to `path` as indented JSON, atomically."""
     return write_text_atomic(path, json.dumps(data, indent=2))
+
+
+def file_identity(path: str | os.PathLike[str]) -> list[int]:
+    """What a file or folder is now: inode, size, modification and change times (ns).
+
+    Written in place, replaced (`os.replace`), copied over with its mtime kept (`cp -p`,
+    `rsync -t`: the kernel's change time still moves) or, for a folder, given or losing an
+    entry: one of them differs. Each fits an int64 (an inode past 2**63, as some network
+    file systems give, is taken as its two's complement). OSError where it is gone.
+    """
+    stat = os.stat(path)
+    inode = stat.st_ino - (1 << 64) if stat.st_ino >= 1 << 63 else stat.st_ino
+    return [inode, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]

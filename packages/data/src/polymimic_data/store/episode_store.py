@@ -264,9 +264,11 @@ class EpisodeReader:
     """One episode opened once: its attributes, clamped arrays and JPEG frames."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._attrs: dict[str, Any] | None = _group_attributes(self.path)
-        self.total_frames = int(self._attrs["total_frames"])
+        attrs = _group_attributes(Path(path))
+        self._open(Path(path), attrs, int(attrs["total_frames"]))
+
+    def _open(self, path: Path, attrs: dict[str, Any] | None, total_frames: int) -> None:
+        self.path, self._attrs, self.total_frames = path, attrs, total_frames
         self._zarr_group: Any = None  # opened only when an array needs zarr's own reader
         self._arrays: dict[str, Any] = {}
         self._jpeg_readers: dict[str, VlenBytesArrayReader] = {}
@@ -281,11 +283,9 @@ class EpisodeReader:
         from its files at first use, and `attrs` from the group's `zarr.json` when asked.
         """
         reader = cls.__new__(cls)
-        reader.path, reader._attrs, reader.total_frames = Path(path), None, total_frames
-        reader._zarr_group, reader._arrays = None, {}
-        reader._jpeg_readers = {
-            camera: reader._jpeg_reader(camera, known) for camera, known in cameras.items()
-        }
+        reader._open(Path(path), None, total_frames)
+        for camera, known in cameras.items():
+            reader._jpeg_readers[camera] = reader._jpeg_reader(camera, known)
         return reader
 
     @property
