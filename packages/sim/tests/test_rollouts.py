@@ -229,3 +229,42 @@ def test_the_jerk_at_chunk_boundaries_is_the_third_difference_across_them() -> N
     # the differences ending at 10, 11, 12 see the step: |1|, |-3 + 1|... = 1, 2, 1 -> 4/3
     assert boundary_jerk(jumped, [10]) == pytest.approx(4 / 3)
     assert boundary_jerk(jumped, []) is None
+
+
+class Staged:
+    """A task with ALOHA-style staged rewards: each seed climbs to stage `seed` then drops back."""
+
+    name, max_steps = "fake/staged", 6
+
+    def reset(self, seed: int) -> dict:
+        self.stage, self.steps = seed, 0
+        return {"state": np.zeros(4), "images": {}, "prompt": ""}
+
+    def step(self, action: np.ndarray) -> Step:
+        self.steps += 1
+        reward = float(min(self.steps, self.stage)) if self.steps < 5 else 0.0
+        observation = {"state": np.zeros(4), "images": {}, "prompt": ""}
+        return Step(observation, reward, False, False, False)
+
+
+def test_a_summary_says_how_many_episodes_stopped_at_each_stage() -> None:
+    """The furthest stage is the highest reward of any tick, not the last one; shaped
+    (fractional) rewards have no stages."""
+    from polymimic_serve import make_executor
+    from polymimic_sim.episodes import Outcome, summarise
+    from polymimic_sim.rollouts import describe
+
+    outcomes = [rollout(Staged(), make_executor("chunk", Zeros()), seed=s)[0]  # type: ignore[arg-type]
+                for s in (2, 3, 2, 0)]  # fmt: skip
+    assert [o.max_reward for o in outcomes] == [2.0, 3.0, 2.0, 0.0]
+    assert [o.total_return for o in outcomes][:2] == [1 + 2 + 2 + 2, 1 + 2 + 3 + 3]
+    summary = summarise("fake/staged", "chunk", outcomes, 1.0, limit=6, registered_steps=6)
+    assert summary["stages_reached"] == {"0": 1, "2": 2, "3": 1}
+    assert "furthest stage 0: 1, 2: 2, 3: 1" in describe(summary)
+    shaped = [Outcome(0, False, 6, 1.0, max_reward=0.7), Outcome(1, False, 6, 2.0, max_reward=2)]
+    assert (
+        summarise("fake/shaped", "chunk", shaped, 1.0, limit=6, registered_steps=6)[
+            "stages_reached"
+        ]
+        is None
+    )

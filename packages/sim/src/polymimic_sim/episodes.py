@@ -53,6 +53,7 @@ class Outcome:
     success_step: int | None = None  # the tick (1-based) of the first standard success
     strict_success: bool = False
     strict_success_step: int | None = None  # the tick its strict success was complete
+    max_reward: float | None = None  # the highest reward of a tick: a staged task's stage
 
 
 def boundary_jerk(actions: np.ndarray, switches: list[int]) -> float | None:
@@ -78,6 +79,7 @@ class EpisodeTally:
         self.frames: list[np.ndarray] | None = [] if frames else None
         self.actions: list[np.ndarray] = []
         self.success_step: int | None = None
+        self.max_reward: float | None = None
 
     def observe(self, observation: Mapping[str, Any]) -> None:
         """Keep the frame of this tick (every camera, side by side) when a video is due."""
@@ -95,6 +97,8 @@ class EpisodeTally:
         if self.recording is not None:
             self.recording.act(action, step.reward)
         self.total += step.reward
+        if self.max_reward is None or step.reward > self.max_reward:
+            self.max_reward = float(step.reward)
         if step.success and self.success_step is None:
             self.success_step = self.ticks  # a task's strict success comes with or after it
         if step.strict_success or step.done or self.ticks >= self.limit:
@@ -116,6 +120,7 @@ class EpisodeTally:
             success_step=self.success_step,
             strict_success=strict,
             strict_success_step=self.ticks if strict else None,
+            max_reward=self.max_reward,
         )
         if self.recording is not None:
             self.recording.end(outcome)
@@ -181,6 +186,19 @@ def _mean(values: list[int]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def stages_reached(outcomes: list[Outcome]) -> dict[str, int] | None:
+    """How many episodes got no further than each reward, for a task whose reward is a stage.
+
+    ALOHA's rewards count stages (insertion: 1 both touched, 2 both lifted, 3 peg meets
+    socket, 4 inserted), so the highest reward an episode reached says where it stopped.
+    None when a reward is not a whole number (MetaWorld's are shaped, not staged).
+    """
+    tops = [o.max_reward for o in outcomes if o.max_reward is not None]
+    if not tops or any(not float(top).is_integer() for top in tops):
+        return None
+    return {str(int(top)): tops.count(top) for top in sorted(set(tops))}
+
+
 def summarise(
     task_name: str,
     executor: str,
@@ -198,7 +216,8 @@ def summarise(
     standard rate at each of the task's registered limit and `limit` (`success_at_steps`,
     by limit); mean ticks to success, standard and strict; `expert_steps`, the scripted
     expert's ticks to success on some of the same seeds, their mean beside the policy's
-    (`steps_to_success_vs_expert`: the ratio); mean return, jerk, rates, every outcome.
+    (`steps_to_success_vs_expert`: the ratio); for a staged reward, how many episodes
+    stopped at each stage (`stages_reached`); mean return, jerk, rates, every outcome.
     """
     outcomes = sorted(outcomes, key=lambda o: o.seed)
     episodes = len(outcomes)
@@ -226,6 +245,7 @@ def summarise(
         "registered_steps": registered_steps,
         "success_at_steps": at_steps,
         "mean_return": sum(o.total_return for o in outcomes) / episodes,
+        "stages_reached": stages_reached(outcomes),
         "mean_steps_to_success": to_success,
         "mean_steps_to_strict_success": _mean(
             [o.strict_success_step for o in outcomes if o.strict_success_step is not None]

@@ -343,7 +343,7 @@ def describe(summary: Mapping[str, Any]) -> str:
     """One line: successes, rate and its 95% interval.
 
     Then, where the summary has them: strict successes, successes within the registered
-    limit, steps to success against the expert's.
+    limit, steps to success against the expert's, how many episodes stopped at each stage.
     """
     low, high = summary["success_rate_wilson95"]
     line = (
@@ -362,4 +362,7 @@ def describe(summary: Mapping[str, Any]) -> str:
         line += f"; {summary['mean_steps_to_success']:.0f} steps to success"
         if summary.get("expert_mean_steps_to_success") is not None:
             line += f" (the expert {summary['expert_mean_steps_to_success']:.0f})"
+    stages = summary.get("stages_reached")
+    if stages:
+        line += "; furthest stage " + ", ".join(f"{k}: {n}" for k, n in stages.items())
     return line
