@@ -224,6 +224,20 @@ class OneSample(torch.utils.data.Dataset):
         return dict(self.sample)
 
 
+class OneByOne(torch.utils.data.Dataset):
+    """A dataset read sample by sample: no `__getitems__`, so a loader's workers read each
+    sample alone and collation stacks the images (the path before batches were read at once)."""
+
+    def __init__(self, inner: EpisodeDataset) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.inner[index]
+
+
 def loader_rate(
     dataset: Any, batches: int, batch_size: int, workers: int, prefetch: int = 4
 ) -> tuple[float, float]:
@@ -328,11 +342,14 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -
     """The DataLoader against the machine's limit (cores / the decode floor), and where the
     difference goes, all from one run over the same root:
 
-    - `worker_ms_per_sample`: what a worker does per sample (read, check, decode, assemble:
-      `dataset[i]` in this process, cameras decoded one after another as a worker on busy
-      cores does), and `collate_ms_per_batch`;
-    - `work_limit_samples_per_s`: cores / (worker_ms_per_sample + collation per sample): the
-      rate if the workers did nothing else and nothing else ran;
+    - `worker_ms_per_sample`: what a worker does per sample (read, check, decode, assemble
+      and collate a batch read at once, as a worker does, in this process, cameras decoded
+      one after another as a worker on busy cores does); `worker_one_by_one_ms_per_sample`,
+      each sample read alone (`dataset[i]`), and `collate_ms_per_batch`, stacking those;
+    - `dataloader_one_by_one_samples_per_s`: the same loader with its samples read one by
+      one (OneByOne), against batches read at once (`batch_read_over_one_by_one_...`);
+    - `work_limit_samples_per_s`: cores / worker_ms_per_sample: the rate if the workers did
+      nothing else and nothing else ran;
     - `transport_samples_per_s`: the same loader over one decoded sample repeated (OneSample):
       what collation, the trip between processes and the main process's side allow alone;
     - `first_batch_s`: from making the loader to its first batch (the workers' start).
@@ -352,12 +369,16 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -
         reader = EpisodeReader(sequential.episodes[episode].path)
         jpegs.append([floor_jpeg(reader.read_jpeg(c, frame)) for c in sequential.cameras])
     samples = [sequential[i] for i in indices]  # warm, and what collation stacks
-    best = {"worker": np.inf, "floor": np.inf, "collate": np.inf}
+    best = {"worker": np.inf, "one_by_one": np.inf, "floor": np.inf, "collate": np.inf}
     for _ in range(3):
+        start = time.perf_counter()  # as a worker reads them: a batch at once
+        for at in range(0, len(indices), batch_size):
+            collate_samples(sequential.__getitems__(indices[at : at + batch_size]))
+        best["worker"] = min(best["worker"], (time.perf_counter() - start) / len(indices))
         start = time.perf_counter()
         for i in indices:
             sequential[i]
-        best["worker"] = min(best["worker"], (time.perf_counter() - start) / len(indices))
+        best["one_by_one"] = min(best["one_by_one"], (time.perf_counter() - start) / len(indices))
         start = time.perf_counter()
         for frame_jpegs in jpegs:
             for jpeg in frame_jpegs:
@@ -366,7 +387,12 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -
         start = time.perf_counter()
         collate_samples(samples[:batch_size])
         best["collate"] = min(best["collate"], time.perf_counter() - start)
-    rate, first = loader_rate(dataset, batches, batch_size, workers)
+    rate, one_by_one, first = 0.0, 0.0, np.inf  # batches read at once against one by one:
+    for _ in range(2):  # alternated, best of 2 each
+        read, started = loader_rate(dataset, batches, batch_size, workers)
+        rate, first = max(rate, read), min(first, started)
+        one_by_one = max(one_by_one, loader_rate(OneByOne(dataset), batches, batch_size,
+                                                 workers)[0])  # fmt: skip
     transport, _ = loader_rate(OneSample(samples[0], len(dataset)), batches, batch_size, workers)
     limit = cores / best["floor"]
     where = {"workers": workers, "batch_size": batch_size, "cores": cores}
@@ -374,9 +400,15 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -
     emit("limit_samples_per_s", limit, "samples/s", cores=cores,
          floor_ms_per_sample=round(best["floor"] * 1e3, 3))  # fmt: skip
     emit("dataloader_over_limit", rate / limit, "ratio", **where, goal=">= 0.8")
-    emit("worker_ms_per_sample", best["worker"] * 1e3, "ms", cameras=len(dataset.cameras))
+    emit("dataloader_one_by_one_samples_per_s", one_by_one, "samples/s", **where)
+    emit("batch_read_over_one_by_one_samples_per_s", rate / one_by_one, "ratio", **where,
+         goal="> 1 (a batch read at once is kept only if it moves the loader)")  # fmt: skip
+    emit("worker_ms_per_sample", best["worker"] * 1e3, "ms", cameras=len(dataset.cameras),
+         read="a batch at once, collated")  # fmt: skip
+    emit("worker_one_by_one_ms_per_sample", best["one_by_one"] * 1e3, "ms",
+         cameras=len(dataset.cameras))  # fmt: skip
     emit("collate_ms_per_batch", best["collate"] * 1e3, "ms", batch_size=batch_size)
-    work = best["worker"] + best["collate"] / batch_size
+    work = best["worker"]  # its collation included
     emit("work_limit_samples_per_s", cores / work, "samples/s", cores=cores)
     emit("transport_samples_per_s", transport, "samples/s", **where)
     emit("first_batch_s", first, "s", **where)
@@ -389,6 +421,39 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -
         swept, _ = loader_rate(dataset, batches, batch_size, workers, prefetch)
         emit("prefetch_samples_per_s", swept, "samples/s", prefetch=prefetch, **where,
              over_limit=round(swept / limit, 3))  # fmt: skip
+
+
+def slot_alignment_figures(dataset: EpisodeDataset, frames: int = 32, rounds: int = 5) -> None:
+    """A batch's frames decoded into consecutive slots of one buffer (as a batch read at once
+    decodes them), the buffer's start on a 32-byte boundary against 16 bytes past one.
+
+    A slot of a (B, H, W, 3) buffer whose rows are a multiple of 32 bytes starts on the
+    boundary whenever the buffer does (shared memory starts on a page), and libjpeg-turbo
+    writes such rows with non-temporal stores (see floor_decode).
+    """
+    jpegs = []
+    for index in range(min(frames, len(dataset))):
+        episode, frame = dataset.locate(index)
+        reader = EpisodeReader(dataset.episodes[episode].path)
+        jpegs.append(reader.read_jpeg(dataset.cameras[0], frame))
+    height, width, _, _ = simplejpeg.decode_jpeg_header(jpegs[0])
+    slot = int(height) * int(width) * 3
+    storage = torch.UntypedStorage._new_shared(slot * len(jpegs) + 32)
+    raw = torch.empty(0, dtype=torch.uint8).set_(storage)
+    best = {0: np.inf, 16: np.inf}
+    for _ in range(rounds):
+        for offset in best:
+            start_at = (offset - raw.data_ptr()) % 32
+            start = time.perf_counter()
+            for i, data in enumerate(jpegs):
+                into = raw[start_at + i * slot : start_at + (i + 1) * slot]
+                simplejpeg.decode_jpeg(data, colorspace="RGB",
+                                       buffer=into.numpy().reshape(height, width, 3))  # fmt: skip
+            best[offset] = min(best[offset], (time.perf_counter() - start) / len(jpegs))
+    where = {"height": int(height), "width": int(width)}
+    emit("slot_decode_ms_per_frame", best[0] * 1e3, "ms", **where, start="32-byte boundary")
+    emit("slot_decode_aligned_over_off_boundary", best[0] / best[16], "ratio", **where,
+         goal="<= 1.05 (else batch buffers start off the boundary)")  # fmt: skip
 
 
 def root_dataset(root: Path, **kwargs: Any) -> EpisodeDataset:
@@ -716,6 +781,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="polymimic-bench-") as tmp_name:
             resolve_figures(root, Path(tmp_name) / "cache", cpu=True)
         scale_figures(root, args.samples or 2000, args.batches)
+        slot_alignment_figures(root_dataset(root))
         emit("bench_peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "MB")
         return
     with tempfile.TemporaryDirectory(prefix="polymimic-bench-") as tmp_name:
@@ -740,6 +806,7 @@ def main() -> None:
             per_sample_figures(sequential, threaded, args.samples or 300, seed=0, layout=layout)
             episode_open_figures(root_dataset(root), layout)
         dataloader_figure(root_dataset(next(iter(roots.values()))), args.batches)
+        slot_alignment_figures(root_dataset(next(iter(roots.values()))))
         if not args.skip_resolve:
             tiny = tiny_episodes(tmp, 10_000)
             resolve_figures(tiny, tmp / "cache")

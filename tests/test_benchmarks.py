@@ -46,7 +46,10 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
                    "worker_ms_per_sample", "collate_ms_per_batch", "first_batch_s",
                    "worker_busy_ms_per_sample", "worker_collate_ms_per_batch",
                    "main_wait_ms_per_batch", "main_first_touch_ms_per_batch",
-                   "worker_busy_fraction"):  # fmt: skip
+                   "worker_busy_fraction", "dataloader_one_by_one_samples_per_s",
+                   "batch_read_over_one_by_one_samples_per_s",
+                   "worker_one_by_one_ms_per_sample", "slot_decode_ms_per_frame",
+                   "slot_decode_aligned_over_off_boundary"):  # fmt: skip
         assert figures[metric]["value"] > 0, metric
     swept = [line["workers"] for line in lines if line["metric"] == "sweep_samples_per_s"]
     assert swept == [1, 2, 4]
@@ -68,6 +71,8 @@ def test_loader_benchmark_at_scale_prints_opens_from_the_pack_and_from_disk(tmp_
     assert figures["numeric_pack_build_s"]["episodes"] == 40
     for metric in ("ms_per_sample_over_floor", "unpacked_ms_per_sample_over_floor"):
         assert figures[metric]["value"] > 0, metric
+    aligned = figures["slot_decode_aligned_over_off_boundary"]  # the small frames' own
+    assert (aligned["height"], aligned["width"]) == (128, 160) and aligned["value"] > 0
 
 
 def test_remote_loader_benchmark_prints_its_ratio() -> None:
