@@ -365,3 +365,33 @@ def test_an_episode_changed_after_its_index_was_cached_is_read_fresh(
     expected = _images(_dataset(episodes, "eva_bimanual", cameras=EVA_CAMERAS))
     assert _images(packed) == expected
     assert packed._cache.from_pack == 1  # the unchanged episode only
+
+
+def _frames_never_written(episode: Path, frames: slice, camera: str = "left_wrist") -> None:
+    """Frames of a camera left out of its shard (MISSING in the index), as zarr leaves a
+    chunk that holds only the fill value; every frame: no shard file at all."""
+    array = zarr.open_array(episode / f"images.{camera}", mode="r+")
+    count = len(range(*frames.indices(array.shape[0])))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        array[frames] = np.array([b""] * count, dtype=object)
+
+
+@pytest.mark.parametrize("frames", [slice(5, 6), slice(None)], ids=["one frame", "every frame"])
+def test_a_packed_camera_with_frames_missing_from_its_shard_is_read_as_the_disk_is(
+    tmp_path: Path, frames: slice
+) -> None:
+    """The pack keeps the index's MISSING entries (and a camera with no shard file): the
+    same samples, faults and stand-ins as from disk, the episode still opened from the pack."""
+    first, _ = _episodes(tmp_path / "data", "eva_bimanual")
+    _frames_never_written(first, frames)
+    assert len(list((first / "images.left_wrist" / "c").rglob("*"))) == (frames.stop is not None)
+    episodes = resolve_episodes(tmp_path / "data")
+    _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache", cameras=EVA_CAMERAS)
+    packed = _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache", cameras=EVA_CAMERAS)
+    expected = _images(_dataset(episodes, "eva_bimanual", cameras=EVA_CAMERAS))
+    assert _images(packed) == expected
+    assert packed._cache.from_pack == 2
+    faults = {(key, frame) for *_, faults, _ in expected for key, frame, _ in faults}
+    # the one frame replaced where a sample needs it; with no shard, the episode dropped
+    assert ("images.left_wrist", 5 if frames.stop else 0) in faults
