@@ -21,7 +21,8 @@ evaluation, and the commands. The line is saved as `--results`/<headline>.json w
 commit and the machine, and the sim README's table is generated from those files
 (`python benchmarks/headline.py table`). `--workdir` is reused: a rerun records nothing twice
 and resumes an interrupted training from its last checkpoint. Run one at a time on a small
-CPU: each takes about an hour on 2 cores (mt10's recording alone about 75 minutes).
+CPU: each takes about an hour on 2 cores (mt10's recording alone took about 75 minutes
+in one process; it now records in `--workers` processes).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def main() -> None:
     parser.add_argument("--demos", type=int, help="demonstrations (of each task of a suite)")
     parser.add_argument("--steps", type=int, help="training steps")
     parser.add_argument("--episodes", type=int, help="held-out episodes (of each task)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="simulator processes, recording and evaluating")  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=Path("closed-loop-work"))
     more = "more overrides for the training run, e.g. model=hpt_12m"
     parser.add_argument("--train-args", nargs="*", default=[], help=more)
@@ -89,7 +91,7 @@ def main() -> None:
 
     start = time.perf_counter()
     demos_dir = work / "demos"
-    report = record(spec.task, demos_dir, episodes=demos)
+    report = record(spec.task, demos_dir, episodes=demos, workers=opts.workers)
     record_s = time.perf_counter() - start
     recorded = len(report.written) + len(report.kept)  # the expert's failures are not written
     result = train_and_evaluate(

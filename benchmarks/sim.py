@@ -5,7 +5,8 @@
 
 Prints one JSON line per figure (DESIGN.md), for each task:
 - the expert's own success rate over `--episodes` seeds and the recording throughput
-  (frames written per second, JPEG encoding included);
+  (frames written per second, JPEG encoding included), in one process and in `--workers`
+  (the same episodes again), and their ratio;
 - a frame's rendering time with MuJoCo's defaults against shadows and multisampling off;
 - the bare task's step rate (the expert acting, one camera rendered) against closed-loop
   rollouts' (an untrained small HPT through the `chunk` executor, inference included), one
@@ -103,6 +104,13 @@ def main() -> None:
             emit("expert_success_rate", report.success_rate, "ratio", task=task_name,
                  episodes=args.episodes)  # fmt: skip
             emit("record_frames_per_s", frames / seconds, "1/s", task=task_name, image_size=SIZE)
+            start = time.perf_counter()  # the same episodes in --workers processes
+            record(task_name, Path(tmp) / "demos-workers", episodes=args.episodes,
+                   progress=False, workers=args.workers)  # fmt: skip
+            many = frames / (time.perf_counter() - start)
+            emit("record_frames_per_s", many, "1/s", task=task_name, workers=args.workers)
+            emit("record_workers_over_one", many / (frames / seconds), "ratio", task=task_name,
+                 workers=args.workers)  # fmt: skip
             default, cheap = (render_ms(task_name, c) for c in (False, True))
             emit("render_ms_default", default, "ms", task=task_name, image_size=SIZE)
             emit("render_ms_cheap", cheap, "ms", task=task_name, shadows=False,

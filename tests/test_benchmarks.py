@@ -129,6 +129,7 @@ def test_sim_benchmark_prints_its_ratios() -> None:
         figures = {(f["metric"], f.get("workers")): f for f in lines if f["task"] == task}
         assert figures[("expert_success_rate", None)]["value"] == 1.0
         assert figures[("record_frames_per_s", None)]["value"] > 0
+        assert figures[("record_workers_over_one", 2)]["value"] > 0
         assert figures[("render_default_over_cheap", None)]["value"] > 0
         assert figures[("rollout_over_bare_step_rate", 1)]["value"] > 0
         assert figures[("workers_over_one_step_rate", 2)]["value"] > 0

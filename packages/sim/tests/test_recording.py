@@ -120,3 +120,27 @@ def test_rendering_keeps_the_users_backend_and_names_the_packages_when_none_work
         match=r"egl: egl failed; osmesa: osmesa failed.*apt-get install libegl1",
     ):
         rendering.ensure_headless_rendering()
+
+
+def test_recording_in_worker_processes_writes_what_one_process_writes(
+    reach_episodes: Path, tmp_path: Path
+) -> None:
+    """An episode depends on its seed alone: two processes write the same episodes, every
+    array and frame alike, and the report lists them in seed order."""
+    report = record(TASK, tmp_path, episodes=3, image_size=SIZE, progress=False, workers=2)
+    assert [p.name for p in report.written] == sorted(p.name for p in tmp_path.iterdir())
+    assert len(report.written) == 3 and report.success_rate == 1.0
+    for path in sorted(reach_episodes.iterdir()):  # seeds 0 and 1, made in this process
+        ours, theirs = EpisodeReader(tmp_path / path.name), EpisodeReader(path)
+        assert ours.attrs == theirs.attrs
+        names = theirs.keys()
+        numeric = [k for k in names if not k.startswith("images.") and k != "annotations"]
+        assert numeric and ours.keys() == names
+        for key in numeric:
+            assert np.array_equal(ours.read_numeric(key), theirs.read_numeric(key)), key
+        assert ours.read_jpeg("corner2", 7) == theirs.read_jpeg("corner2", 7)
+
+
+def test_recording_refuses_no_workers(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="workers: a positive number, got 0"):
+        record(TASK, tmp_path, episodes=1, workers=0)

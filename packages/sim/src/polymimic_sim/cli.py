@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--seed", type=int, default=0, help="the first episode's seed")
     rec.add_argument("--image-size", default="96x128", help="HEIGHTxWIDTH of every camera")
     rec.add_argument("--cameras", help="comma-separated camera names (default: the task's)")
+    rec.add_argument(
+        "--workers", type=int, default=1, help="simulator processes sharing the episodes"
+    )
     ev = commands.add_parser("evaluate", help="closed-loop rollouts of a trained policy")
     ev.add_argument("checkpoint", help="a checkpoint of `train` or an export")
     ev.add_argument("task", help="e.g. aloha/transfer_cube, metaworld/reach-v3, metaworld/mt10")
@@ -76,6 +79,7 @@ def _record(args: argparse.Namespace) -> int:
         seed=args.seed,
         image_size=parse_image_size(args.image_size),
         cameras=cameras,
+        workers=args.workers,
     )
     print(
         f"{report.task}: the expert succeeded in {sum(report.succeeded.values())} of "
