@@ -3,7 +3,7 @@
     python benchmarks/closed_loop.py --headline transfer_cube|insertion|mt10
                                      [--demos N] [--steps N] [--episodes N] [--workers 2]
                                      [--workdir DIR] [--results DIR | --no-results]
-                                     [--train-args OVERRIDE ...]
+                                     [--train-args OVERRIDE ...] [--record-only]
 
 A headline is a task, the demonstrations recorded of it, a training budget and the held-out
 seeds it is evaluated on, with the figure the field reports for it beside ours:
@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 from cells import train_and_evaluate
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from headline import RESULTS, add_results_arguments, save
 
+from polymimic_data.store import write_json_atomic
 from polymimic_sim import record
 
 emit = figure_printer("closed_loop")
@@ -68,6 +71,24 @@ HEADLINES = {
 }  # fmt: skip
 
 
+def record_resumed(task: str, demos_dir: Path, demos: int, workers: int) -> tuple[Any, float]:
+    """Record the demonstrations (those not there yet); the report, and the seconds every
+    invocation spent recording them, summed.
+
+    Each invocation's seconds are added to `record_log.json` beside the demonstrations, so a
+    recording resumed after an interruption (or one made ahead of the training) is counted
+    whole, not as the few seconds of the run that found it done.
+    """
+    log_path = demos_dir.parent / "record_log.json"
+    log = json.loads(log_path.read_text()) if log_path.exists() else []
+    start = time.perf_counter()
+    report = record(task, demos_dir, episodes=demos, workers=workers)
+    log.append({"seconds": round(time.perf_counter() - start, 1), "workers": workers,
+                "written": len(report.written), "kept": len(report.kept)})  # fmt: skip
+    write_json_atomic(log_path, log)
+    return report, sum(entry["seconds"] for entry in log)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--headline", required=True, choices=sorted(HEADLINES))
@@ -77,6 +98,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2,
                         help="simulator processes, recording and evaluating")  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=Path("closed-loop-work"))
+    parser.add_argument("--record-only", action="store_true",
+                        help="record the demonstrations and stop (a later run trains on them, "
+                        "its record_s counting this run's)")  # fmt: skip
     more = "more overrides for the training run, e.g. model=hpt_12m"
     parser.add_argument("--train-args", nargs="*", default=[], help=more)
     add_results_arguments(parser, RESULTS / "closed_loop", "<headline>.json")
@@ -89,11 +113,13 @@ def main() -> None:
             parser.error(f"{flag}: at least 1, got {value}")
     work = opts.workdir.resolve() / opts.headline
 
-    start = time.perf_counter()
     demos_dir = work / "demos"
-    report = record(spec.task, demos_dir, episodes=demos, workers=opts.workers)
-    record_s = time.perf_counter() - start
+    report, record_s = record_resumed(spec.task, demos_dir, demos, opts.workers)
     recorded = len(report.written) + len(report.kept)  # the expert's failures are not written
+    if opts.record_only:
+        print(f"{spec.task}: {recorded} demonstrations under {demos_dir} "
+              f"(the expert {report.success_rate:.0%}), {record_s:.0f} s of recording")  # fmt: skip
+        return
     result = train_and_evaluate(
         opts.headline, [demos_dir], spec.data, work, task=spec.task, steps=steps,
         episodes=episodes, workers=opts.workers, overrides=[*spec.overrides, *opts.train_args],

@@ -159,3 +159,24 @@ def test_a_headline_row_names_its_model_anchor_and_a_suites_lowest_task(
     headline.save(suite | common, tmp_path / "mt10.json", commit="c")
     with pytest.raises(SystemExit, match=r"mt10\.json: a result without \['anchor'\]"):
         headline.closed_loop_table(headline.load(tmp_path))
+
+
+def test_a_resumed_recording_counts_the_time_of_every_run_that_recorded(tmp_path: Path) -> None:
+    """closed_loop.py's record_s: an interrupted recording resumed (or one made ahead of the
+    training) is the time of both runs, not of the one that found it nearly done."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("closed_loop_bench",
+                                                      BENCHMARKS / "closed_loop.py")  # fmt: skip
+        assert spec and spec.loader
+        closed_loop = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(closed_loop)  # (its dataclasses look themselves up there)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    demos = tmp_path / "reach" / "demos"
+    _, first_s = closed_loop.record_resumed("metaworld/reach-v3", demos, 1, 1)
+    second, total_s = closed_loop.record_resumed("metaworld/reach-v3", demos, 2, 1)
+    log = json.loads((tmp_path / "reach" / "record_log.json").read_text())
+    assert [(e["written"], e["kept"]) for e in log] == [(1, 0), (1, 1)]
+    assert first_s == log[0]["seconds"] > 0 and total_s == first_s + log[1]["seconds"]
+    assert len(second.kept) == 1 and len(second.written) == 1
