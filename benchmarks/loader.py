@@ -436,8 +436,8 @@ def slot_alignment_figures(dataset: EpisodeDataset, frames: int = 32, rounds: in
         episode, frame = dataset.locate(index)
         reader = EpisodeReader(dataset.episodes[episode].path)
         jpegs.append(reader.read_jpeg(dataset.cameras[0], frame))
-    height, width, _, _ = simplejpeg.decode_jpeg_header(jpegs[0])
-    slot = int(height) * int(width) * 3
+    height, width = (int(n) for n in simplejpeg.decode_jpeg_header(jpegs[0])[:2])
+    slot = height * width * 3
     storage = torch.UntypedStorage._new_shared(slot * len(jpegs) + 32)
     raw = torch.empty(0, dtype=torch.uint8).set_(storage)
     best = {0: np.inf, 16: np.inf}
@@ -450,7 +450,7 @@ def slot_alignment_figures(dataset: EpisodeDataset, frames: int = 32, rounds: in
                 simplejpeg.decode_jpeg(data, colorspace="RGB",
                                        buffer=into.numpy().reshape(height, width, 3))  # fmt: skip
             best[offset] = min(best[offset], (time.perf_counter() - start) / len(jpegs))
-    where = {"height": int(height), "width": int(width)}
+    where = {"height": height, "width": width}
     emit("slot_decode_ms_per_frame", best[0] * 1e3, "ms", **where, start="32-byte boundary")
     emit("slot_decode_aligned_over_off_boundary", best[0] / best[16], "ratio", **where,
          goal="<= 1.05 (else batch buffers start off the boundary)")  # fmt: skip
