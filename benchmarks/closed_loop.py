@@ -77,15 +77,20 @@ def record_resumed(task: str, demos_dir: Path, demos: int, workers: int) -> tupl
 
     Each invocation's seconds are added to `record_log.json` beside the demonstrations, so a
     recording resumed after an interruption (or one made ahead of the training) is counted
-    whole, not as the few seconds of the run that found it done.
+    whole, not as the few seconds of the run that found it done. (A resumed run simulates
+    the expert's failed seeds again: they are never written.)
     """
     log_path = demos_dir.parent / "record_log.json"
     log = json.loads(log_path.read_text()) if log_path.exists() else []
+    before = len(list(demos_dir.glob("*.zarr"))) if demos_dir.exists() else 0
     start = time.perf_counter()
-    report = record(task, demos_dir, episodes=demos, workers=workers)
-    log.append({"seconds": round(time.perf_counter() - start, 1), "workers": workers,
-                "written": len(report.written), "kept": len(report.kept)})  # fmt: skip
-    write_json_atomic(log_path, log)
+    try:
+        report = record(task, demos_dir, episodes=demos, workers=workers)
+    finally:  # an interrupted run's time counts too
+        after = len(list(demos_dir.glob("*.zarr"))) if demos_dir.exists() else 0
+        log.append({"seconds": round(time.perf_counter() - start, 1), "workers": workers,
+                    "written": after - before, "kept": before})  # fmt: skip
+        write_json_atomic(log_path, log)
     return report, sum(entry["seconds"] for entry in log)
 
 
@@ -128,7 +133,7 @@ def main() -> None:
         "success_rate", result["successes"] / result["episodes"], "fraction",
         headline=opts.headline, task=spec.task, demos=demos, demos_recorded=recorded,
         expert_success=report.success_rate, steps=steps, anchor=spec.anchor,
-        record_s=round(record_s, 1), **result,
+        record_s=round(record_s, 1), record_workers=opts.workers, **result,
     )  # fmt: skip
     if opts.results:
         save(line, opts.results / f"{opts.headline}.json")

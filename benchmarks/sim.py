@@ -110,7 +110,7 @@ def main() -> None:
             many = frames / (time.perf_counter() - start)
             emit("record_frames_per_s", many, "1/s", task=task_name, workers=args.workers)
             emit("record_workers_over_one", many / (frames / seconds), "ratio", task=task_name,
-                 workers=args.workers)  # fmt: skip
+                 workers=args.workers, note="the workers' start included")  # fmt: skip
             default, cheap = (render_ms(task_name, c) for c in (False, True))
             emit("render_ms_default", default, "ms", task=task_name, image_size=SIZE)
             emit("render_ms_cheap", cheap, "ms", task=task_name, shadows=False,

@@ -173,6 +173,7 @@ def test_a_resumed_recording_counts_the_time_of_every_run_that_recorded(tmp_path
         spec.loader.exec_module(closed_loop)  # (its dataclasses look themselves up there)
     finally:
         sys.path.remove(str(BENCHMARKS))
+        sys.modules.pop("closed_loop_bench", None)
     demos = tmp_path / "reach" / "demos"
     _, first_s = closed_loop.record_resumed("metaworld/reach-v3", demos, 1, 1)
     second, total_s = closed_loop.record_resumed("metaworld/reach-v3", demos, 2, 1)

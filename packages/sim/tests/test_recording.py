@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -126,10 +127,15 @@ def test_recording_in_worker_processes_writes_what_one_process_writes(
     reach_episodes: Path, tmp_path: Path
 ) -> None:
     """An episode depends on its seed alone: two processes write the same episodes, every
-    array and frame alike, and the report lists them in seed order."""
-    report = record(TASK, tmp_path, episodes=3, image_size=SIZE, progress=False, workers=2)
-    assert [p.name for p in report.written] == sorted(p.name for p in tmp_path.iterdir())
-    assert len(report.written) == 3 and report.success_rate == 1.0
+    array and frame alike; one already there is kept, and the report is in seed order
+    however the workers finished."""
+    shutil.copytree(reach_episodes / "metaworld_reach-v3_seed000001.zarr",
+                    tmp_path / "metaworld_reach-v3_seed000001.zarr")  # fmt: skip
+    report = record(TASK, tmp_path, episodes=4, image_size=SIZE, progress=False, workers=2)
+    assert list(report.succeeded) == [(TASK, seed) for seed in range(4)]
+    assert [p.name[-11:-5] for p in report.written] == ["000000", "000002", "000003"]
+    assert [p.name[-11:-5] for p in report.kept] == ["000001"]
+    assert report.success_rate == 1.0
     for path in sorted(reach_episodes.iterdir()):  # seeds 0 and 1, made in this process
         ours, theirs = EpisodeReader(tmp_path / path.name), EpisodeReader(path)
         assert ours.attrs == theirs.attrs

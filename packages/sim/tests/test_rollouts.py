@@ -248,8 +248,9 @@ class Staged:
 
 
 def test_a_summary_says_how_many_episodes_stopped_at_each_stage() -> None:
-    """The furthest stage is the highest reward of any tick, not the last one; shaped
-    (fractional) rewards have no stages."""
+    """The furthest stage is the highest reward of any tick, not the last one; an episode
+    that ended before its first reward stopped at 0; MetaWorld's shaped rewards (10.0 at
+    success) have no stages, even when every episode succeeded."""
     from polymimic_serve import make_executor
     from polymimic_sim.episodes import Outcome, summarise
     from polymimic_sim.rollouts import describe
@@ -258,13 +259,12 @@ def test_a_summary_says_how_many_episodes_stopped_at_each_stage() -> None:
                 for s in (2, 3, 2, 0)]  # fmt: skip
     assert [o.max_reward for o in outcomes] == [2.0, 3.0, 2.0, 0.0]
     assert [o.total_return for o in outcomes][:2] == [1 + 2 + 2 + 2, 1 + 2 + 3 + 3]
-    summary = summarise("fake/staged", "chunk", outcomes, 1.0, limit=6, registered_steps=6)
-    assert summary["stages_reached"] == {"0": 1, "2": 2, "3": 1}
-    assert "furthest stage 0: 1, 2: 2, 3: 1" in describe(summary)
-    shaped = [Outcome(0, False, 6, 1.0, max_reward=0.7), Outcome(1, False, 6, 2.0, max_reward=2)]
-    assert (
-        summarise("fake/shaped", "chunk", shaped, 1.0, limit=6, registered_steps=6)[
-            "stages_reached"
-        ]
-        is None
-    )
+    crashed = Outcome(9, False, 1, 0.0, error="PhysicsError")  # no tick completed
+    summary = summarise("aloha/insertion", "chunk", [*outcomes, crashed], 1.0, limit=6,
+                        registered_steps=6)  # fmt: skip
+    assert summary["stages_reached"] == {"0": 2, "2": 2, "3": 1}
+    assert "furthest stage 0: 2, 2: 2, 3: 1" in describe(summary)
+    solved = [Outcome(s, True, 60, 300.0, success_step=60, max_reward=10.0) for s in range(3)]
+    summary = summarise("metaworld/reach-v3", "chunk", solved, 1.0, limit=500,
+                        registered_steps=500)  # fmt: skip
+    assert summary["stages_reached"] is None and "stage" not in describe(summary)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from polymimic_sim.task_types import SimTask, Step
-from polymimic_sim.tasks import make_task
+from polymimic_sim.tasks import make_task, staged_reward
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 SUCCESS_COLOUR, FAILURE_COLOUR, BORDER = (0, 200, 0), (220, 0, 0), 3  # the videos' frames
@@ -186,17 +186,18 @@ def _mean(values: list[int]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def stages_reached(outcomes: list[Outcome]) -> dict[str, int] | None:
+def stages_reached(task_name: str, outcomes: list[Outcome]) -> dict[str, int] | None:
     """How many episodes got no further than each reward, for a task whose reward is a stage.
 
     ALOHA's rewards count stages (insertion: 1 both touched, 2 both lifted, 3 peg meets
-    socket, 4 inserted), so the highest reward an episode reached says where it stopped.
-    None when a reward is not a whole number (MetaWorld's are shaped, not staged).
+    socket, 4 inserted), so the highest reward an episode reached says where it stopped
+    (one that ended before its first reward, at 0). None for a task whose reward is shaped
+    (MetaWorld's: see tasks.staged_reward).
     """
-    tops = [o.max_reward for o in outcomes if o.max_reward is not None]
-    if not tops or any(not float(top).is_integer() for top in tops):
+    if not outcomes or not staged_reward(task_name):
         return None
-    return {str(int(top)): tops.count(top) for top in sorted(set(tops))}
+    tops = [int(o.max_reward or 0) for o in outcomes]
+    return {str(top): tops.count(top) for top in sorted(set(tops))}
 
 
 def summarise(
@@ -245,7 +246,7 @@ def summarise(
         "registered_steps": registered_steps,
         "success_at_steps": at_steps,
         "mean_return": sum(o.total_return for o in outcomes) / episodes,
-        "stages_reached": stages_reached(outcomes),
+        "stages_reached": stages_reached(task_name, outcomes),
         "mean_steps_to_success": to_success,
         "mean_steps_to_strict_success": _mean(
             [o.strict_success_step for o in outcomes if o.strict_success_step is not None]

@@ -138,16 +138,10 @@ def record(
     if workers < 1:
         raise ValueError(f"workers: a positive number, got {workers}")
     dest = Path(dest)
-    report = RecordReport(task_name)
-    todo: list[tuple[str, int, Path]] = []
-    for name in suite_tasks(task_name):
-        for episode_seed in range(seed, seed + episodes):
-            path = _episode_path(dest, name, episode_seed)
-            if path.exists():
-                report.succeeded[(name, episode_seed)] = True
-                report.kept.append(path)
-            else:
-                todo.append((name, episode_seed, path))
+    every = [(name, episode_seed, _episode_path(dest, name, episode_seed))
+             for name in suite_tasks(task_name)
+             for episode_seed in range(seed, seed + episodes)]  # fmt: skip
+    todo = [job for job in every if not job[2].exists()]  # an episode there is kept
     setup = (tuple(image_size), None if cameras is None else tuple(cameras))
     bar = tqdm(total=len(todo), desc=f"record {task_name}", disable=not progress)
     with bar:
@@ -155,10 +149,13 @@ def record(
             done = _record_in_turn(todo, setup, bar)
         else:
             done = _record_in_processes(todo, setup, min(workers, len(todo)), bar)
-    for name, episode_seed, path in todo:  # in order, however they finished
-        succeeded = done[(name, episode_seed)]
-        report.succeeded[(name, episode_seed)] = succeeded
-        if succeeded:
+    report = RecordReport(task_name)
+    for name, episode_seed, path in every:  # in order, task by task, however they finished
+        succeeded = done.get((name, episode_seed))
+        report.succeeded[(name, episode_seed)] = succeeded is not False
+        if succeeded is None:
+            report.kept.append(path)
+        elif succeeded:
             report.written.append(path)
     return report
 
@@ -195,33 +192,38 @@ def _record_in_processes(
     Spawned: a GL context is made in the process that renders, and the parent's threads
     stay out of them.
     """
-    from polymimic_sim.rendering import ensure_headless_rendering
+    from polymimic_sim.rendering import ensure_headless_rendering, never_loads_torch
 
     ensure_headless_rendering()  # probed once here; the workers inherit MUJOCO_GL
     done: dict[tuple[str, int], bool] = {}
     context = mp.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=never_loads_torch)
+    try:
         futures = {pool.submit(_record_in_worker, name, seed, path, setup): (name, seed)
                    for name, seed, path in todo}  # fmt: skip
-        try:
-            for future in as_completed(futures):
-                done[futures[future]] = future.result()  # a worker's error is raised here
-                bar.update()
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()  # a worker's error is raised here
+            bar.update()
+    except BaseException:  # the episodes not begun are dropped, not waited for
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return done
 
 
-_WORKER_TASKS: dict[tuple[str, Setup], SimTask] = {}  # a recording worker's, made once
+_WORKER_TASKS: dict[tuple[str, Setup], SimTask] = {}  # a recording worker's current task
 
 
 def _record_in_worker(name: str, episode_seed: int, path: Path, setup: Setup) -> bool:
+    """One episode in a worker, its task kept for the next.
+
+    The episodes come task by task, so a suite's worker holds one simulator at a time.
+    """
     task = _WORKER_TASKS.get((name, setup))
     if task is None:
         if not _WORKER_TASKS:
             atexit.register(_close_worker_tasks)
+        _close_worker_tasks()
         task = _WORKER_TASKS[(name, setup)] = _make_checked(name, setup)
     return record_episode(task, episode_seed, path)
 

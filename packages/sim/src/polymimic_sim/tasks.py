@@ -54,6 +54,15 @@ ALOHA_FAMILIES = (
 SUITES = {"metaworld/mt10": "MT10_V3", "metaworld/mt50": "MT50_V3"}
 
 
+def staged_reward(name: str) -> bool:
+    """Whether the task's reward counts stages.
+
+    ALOHA's do (gym-aloha's, 0 to 4, the hands' scene included); MetaWorld's are shaped
+    (10.0 at success, fractions on the way).
+    """
+    return name.partition("/")[0] in ALOHA_FAMILIES
+
+
 def suite_tasks(name: str) -> list[str]:
     """The tasks a suite names (MetaWorld's MT10 in its order, ...), or [name] for one task."""
     if name not in SUITES:
