@@ -338,6 +338,36 @@ def dataloader_breakdown(
     emit("worker_busy_fraction", busy, "fraction", **where)
 
 
+def _floor_in_process(jpegs: list, rounds: int, barrier: Any, results: Any) -> None:
+    """One of parallel_floor's processes: the floor's decodes, started with the others."""
+    barrier.wait()
+    best = np.inf
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for frame_jpegs in jpegs:
+            for jpeg in frame_jpegs:
+                floor_decode(jpeg)
+        best = min(best, (time.perf_counter() - start) / len(jpegs))
+    results.put(best)
+
+
+def parallel_floor(jpegs: list, processes: int, rounds: int = 8) -> float:
+    """Samples/s of the decode floor in `processes` processes at once (each decoding every
+    sample's JPEGs, best of `rounds`): what the machine gives with every core busy, which
+    `cores / floor` assumes is `cores` times one core's (shared caches, memory bandwidth
+    and a virtual machine's cores may say otherwise)."""
+    context = torch.multiprocessing.get_context("fork")
+    barrier, results = context.Barrier(processes), context.Queue()
+    runs = [context.Process(target=_floor_in_process, args=(jpegs, rounds, barrier, results))
+            for _ in range(processes)]  # fmt: skip
+    for run in runs:
+        run.start()
+    rate = sum(1 / results.get(timeout=600) for _ in runs)
+    for run in runs:
+        run.join()
+    return rate
+
+
 def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -> None:
     """The DataLoader against the machine's limit (cores / the decode floor), and where the
     difference goes, all from one run over the same root:
@@ -352,7 +382,9 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -
       nothing else and nothing else ran;
     - `transport_samples_per_s`: the same loader over one decoded sample repeated (OneSample):
       what collation, the trip between processes and the main process's side allow alone;
-    - `first_batch_s`: from making the loader to its first batch (the workers' start).
+    - `first_batch_s`: from making the loader to its first batch (the workers' start);
+    - `parallel_floor_samples_per_s`: the floor in one process per core at once, the
+      limit as the machine gives it (parallel_floor), and the loader against it.
     """
     cores = len(os.sched_getaffinity(0))
     batch_size = min(32, len(dataset))
@@ -400,6 +432,10 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -
     emit("limit_samples_per_s", limit, "samples/s", cores=cores,
          floor_ms_per_sample=round(best["floor"] * 1e3, 3))  # fmt: skip
     emit("dataloader_over_limit", rate / limit, "ratio", **where, goal=">= 0.8")
+    together = parallel_floor(jpegs, cores)
+    emit("parallel_floor_samples_per_s", together, "samples/s", processes=cores,
+         over_limit=round(together / limit, 3))  # fmt: skip
+    emit("dataloader_over_parallel_floor", rate / together, "ratio", **where)
     emit("dataloader_one_by_one_samples_per_s", one_by_one, "samples/s", **where)
     emit("batch_read_over_one_by_one_samples_per_s", rate / one_by_one, "ratio", **where,
          goal="> 1 (a batch read at once is kept only if it moves the loader)")  # fmt: skip

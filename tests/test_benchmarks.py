@@ -49,7 +49,8 @@ def test_loader_benchmark_runs_on_a_root_smaller_than_its_batches(tmp_path: Path
                    "worker_busy_fraction", "dataloader_one_by_one_samples_per_s",
                    "batch_read_over_one_by_one_samples_per_s",
                    "worker_one_by_one_ms_per_sample", "slot_decode_ms_per_frame",
-                   "slot_decode_aligned_over_off_boundary"):  # fmt: skip
+                   "slot_decode_aligned_over_off_boundary", "parallel_floor_samples_per_s",
+                   "dataloader_over_parallel_floor"):  # fmt: skip
         assert figures[metric]["value"] > 0, metric
     swept = [line["workers"] for line in lines if line["metric"] == "sweep_samples_per_s"]
     assert swept == [1, 2, 4]
