@@ -193,3 +193,5 @@ def test_a_loader_gives_the_same_batches_reading_a_batch_at_once(
         assert b.pop("images_copied") is True
         _same_batches(a, b)
         assert a["images.front_1"].is_shared() == (workers > 0)
+        for camera in CAMERAS:  # every slot 16 bytes past a 32-byte boundary (batch_buffer)
+            assert {image.data_ptr() % 32 for image in a[f"images.{camera}"]} == {16}
