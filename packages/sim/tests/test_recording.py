@@ -150,3 +150,31 @@ def test_recording_in_worker_processes_writes_what_one_process_writes(
 def test_recording_refuses_no_workers(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="workers: a positive number, got 0"):
         record(TASK, tmp_path, episodes=1, workers=0)
+
+
+def test_a_placement_the_task_refuses_is_drawn_again_and_one_it_accepts_is_kept() -> None:
+    """Push's goal must start 15 cm from its object: seed 12's first draw is nearer, and with
+    the placement given MetaWorld would draw it again forever (a recording hung there). The
+    seed draws again; seed 11's first draw stands, so what seeds gave before still holds."""
+    import signal
+
+    def hung(*_: Any) -> None:
+        raise TimeoutError("reset did not return")
+
+    task = make_task("metaworld/push-v3", image_size=SIZE)
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        space = task.sim._random_reset_space  # type: ignore[attr-defined]
+        for seed, refused in ((11, False), (12, True)):
+            first = np.random.default_rng(seed).uniform(space.low, space.high)
+            assert (np.linalg.norm(first[:2] - first[3:5]) < 0.15) == refused
+            task.reset(seed)
+            placement = task.sim._last_rand_vec  # type: ignore[attr-defined]
+            assert np.array_equal(placement, first) != refused
+            assert np.linalg.norm(placement[:2] - placement[3:5]) >= 0.15
+            assert task.sim.reset_model.__func__ is type(task.sim).reset_model  # type: ignore[attr-defined]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        task.close()

@@ -14,9 +14,10 @@ momentary contact); it is also the strict success, and the registered limit is t
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,40 @@ def benchmark_tasks(benchmark: str) -> list[str]:
 
 def _prompt(task: str) -> str:
     return task.removesuffix("-v3").replace("-", " ")
+
+
+_PLACEMENT_DRAWS = 100
+
+
+class _Refused(Exception):
+    """The task asked for another placement at reset (see MetaWorldTask.reset)."""
+
+
+@contextlib.contextmanager
+def _refusing_a_redraw(sim: Any) -> Iterator[None]:
+    """A second draw of the (frozen) placement within one `reset_model` raises _Refused.
+
+    Every v3 task's `reset_model` draws once, then again only inside a `while` that rejects
+    the draw (and a reset runs `reset_model` twice: SawyerXYZEnv's, then MujocoEnv's).
+    """
+    draw, reset_model = sim._get_state_rand_vec, sim.reset_model
+    calls = [0]
+
+    def once() -> np.ndarray:
+        calls[0] += 1
+        if calls[0] > 1:
+            raise _Refused
+        return draw()
+
+    def counted() -> Any:
+        calls[0] = 0
+        return reset_model()
+
+    sim._get_state_rand_vec, sim.reset_model = once, counted
+    try:
+        yield
+    finally:
+        del sim._get_state_rand_vec, sim.reset_model  # the class's own again
 
 
 class MetaWorldTask:
@@ -122,15 +157,31 @@ class MetaWorldTask:
         return observation_of(self._raw[:4], self.render(), self.prompt)
 
     def reset(self, seed: int) -> dict[str, Any]:
-        """A new episode from `seed` (its goal and objects drawn from it): the first observation."""
+        """A new episode from `seed` (its goal and objects drawn from it): the first observation.
+
+        The placement is the seed's first draw from MetaWorld's reset space, or its next
+        where the task refuses one: a task whose goal must start some way from its object
+        (push, pick-place, reach, ...) draws again in a loop at reset, and with the placement
+        given (frozen) it would draw the same one forever.
+        """
         space = self.sim._random_reset_space  # where MetaWorld draws goals and objects from
-        placement = np.random.default_rng(int(seed)).uniform(space.low, space.high)
-        data = {"env_cls": type(self.sim), "rand_vec": placement, "partially_observable": False}
-        self.sim.set_task(self._task_type(env_name=self.name, data=pickle.dumps(data)))
-        self.sim.seed(int(seed))
-        self._raw, _ = self.sim.reset()
-        self.steps = 0
-        return self._observation()
+        draws = np.random.default_rng(int(seed))
+        for _ in range(_PLACEMENT_DRAWS):
+            placement = draws.uniform(space.low, space.high)
+            data = {"env_cls": type(self.sim), "rand_vec": placement, "partially_observable": False}
+            self.sim.set_task(self._task_type(env_name=self.name, data=pickle.dumps(data)))
+            self.sim.seed(int(seed))
+            try:
+                with _refusing_a_redraw(self.sim):
+                    self._raw, _ = self.sim.reset()
+            except _Refused:
+                continue
+            self.steps = 0
+            return self._observation()
+        raise RuntimeError(
+            f"{self.name}: no placement the task accepts in {_PLACEMENT_DRAWS} draws "
+            f"from seed {seed}"
+        )
 
     def step(self, action: np.ndarray) -> Step:
         """Move towards the absolute target (x, y, z, gripper command)."""
