@@ -21,8 +21,8 @@ evaluation, and the commands. The line is saved as `--results`/<headline>.json w
 commit and the machine, and the sim README's table is generated from those files
 (`python benchmarks/headline.py table`). `--workdir` is reused: a rerun records nothing twice
 and resumes an interrupted training from its last checkpoint. Run one at a time on a small
-CPU: each takes about an hour on 2 cores (mt10's recording alone took about 75 minutes
-in one process; it now records in `--workers` processes).
+CPU: each takes about an hour on 2 cores (mt10's 500 demonstrations record in about 5
+minutes in 2 `--workers` processes).
 """
 
 from __future__ import annotations

@@ -124,11 +124,11 @@ def test_rendering_keeps_the_users_backend_and_names_the_packages_when_none_work
 
 
 def test_recording_in_worker_processes_writes_what_one_process_writes(
-    reach_episodes: Path, tmp_path: Path
+    reach_episodes: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """An episode depends on its seed alone: two processes write the same episodes, every
     array and frame alike; one already there is kept, and the report is in seed order
-    however the workers finished."""
+    however the workers finished. The workers close their tasks cleanly at exit."""
     shutil.copytree(reach_episodes / "metaworld_reach-v3_seed000001.zarr",
                     tmp_path / "metaworld_reach-v3_seed000001.zarr")  # fmt: skip
     report = record(TASK, tmp_path, episodes=4, image_size=SIZE, progress=False, workers=2)
@@ -136,6 +136,7 @@ def test_recording_in_worker_processes_writes_what_one_process_writes(
     assert [p.name[-11:-5] for p in report.written] == ["000000", "000002", "000003"]
     assert [p.name[-11:-5] for p in report.kept] == ["000001"]
     assert report.success_rate == 1.0
+    assert "Exception ignored" not in capfd.readouterr().err
     for path in sorted(reach_episodes.iterdir()):  # seeds 0 and 1, made in this process
         ours, theirs = EpisodeReader(tmp_path / path.name), EpisodeReader(path)
         assert ours.attrs == theirs.attrs

@@ -221,10 +221,12 @@ def _record_in_worker(name: str, episode_seed: int, path: Path, setup: Setup) ->
     """
     task = _WORKER_TASKS.get((name, setup))
     if task is None:
-        if not _WORKER_TASKS:
-            atexit.register(_close_worker_tasks)
         _close_worker_tasks()
         task = _WORKER_TASKS[(name, setup)] = _make_checked(name, setup)
+        # registered after the task's renderer: at exit the last registered runs first, and
+        # mujoco's EGL module ends its display at exit (a context freed after: EGLError)
+        atexit.unregister(_close_worker_tasks)
+        atexit.register(_close_worker_tasks)
     return record_episode(task, episode_seed, path)
 
 
