@@ -47,6 +47,21 @@ def run_logged(args: list[str], log: Path) -> float:
     return time.perf_counter() - start
 
 
+def timed_log(log_path: Path, seconds: float, **fields: Any) -> float:
+    """Add one invocation's `seconds` (and `fields`) to the JSON list at `log_path`; the
+    seconds of every invocation so far, summed.
+
+    A step resumed after an interruption, or found already done, is then counted whole,
+    not as the few seconds of the run that finished it.
+    """
+    from polymimic_data.store import write_json_atomic
+
+    log = json.loads(log_path.read_text()) if log_path.exists() else []
+    log.append({"seconds": round(seconds, 1), **fields})
+    write_json_atomic(log_path, log)
+    return sum(entry["seconds"] for entry in log)
+
+
 def _model_choice(run_dir: Path) -> str | None:
     """The model config a run composed (`model=...`), from Hydra's record of its choices."""
     from omegaconf import OmegaConf
@@ -104,7 +119,16 @@ def train_and_evaluate(
         "trainer.enable_progress_bar=false", f"hydra.run.dir={runs}", *overrides,
     ]  # fmt: skip
     checkpoint = runs / "checkpoints" / "last.ckpt"
-    train_s = 0.0 if finished_run(runs, steps) else run_logged(train, work / f"{cell}.train.log")
+    train_log = runs.parent / f"{runs.name}.train_log.json"  # beside the run: seconds spent
+    if finished_run(runs, steps):  # trained before: its seconds as logged then (0 if never)
+        log = json.loads(train_log.read_text()) if train_log.exists() else []
+        train_s = sum(entry["seconds"] for entry in log)
+    else:
+        started = time.perf_counter()
+        try:
+            run_logged(train, work / f"{cell}.train.log")
+        finally:  # an interrupted run's seconds count too
+            train_s = timed_log(train_log, time.perf_counter() - started, steps=steps)
     out = work / "eval" / cell
     evaluate = [
         str(Path(sys.executable).with_name("polymimic-sim")), "evaluate", str(checkpoint),

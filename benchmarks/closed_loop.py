@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from cells import train_and_evaluate
+from cells import timed_log, train_and_evaluate
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from headline import RESULTS, add_results_arguments, save
 
-from polymimic_data.store import write_json_atomic
 from polymimic_sim import record
 
 emit = figure_printer("closed_loop")
@@ -53,6 +51,7 @@ class Headline:
     episodes: int  # of each task, for a suite
     anchor: str  # what the field reports on it
     overrides: tuple[str, ...] = ()
+    cameras: tuple[str, ...] | None = None  # recorded; None: the task's own
 
 
 HEADLINES = {
@@ -67,31 +66,28 @@ HEADLINES = {
     "mt10": Headline(
         "metaworld/mt10", "sim_metaworld_mt10", 50, 6000, 20,
         "MT50: SmolVLA 68%, pi0 ~50%, Diffusion Policy ~10%",
+        cameras=("corner2", "topview"),  # as the data config reads them (see it for why)
     ),
 }  # fmt: skip
 
 
-def record_resumed(task: str, demos_dir: Path, demos: int, workers: int) -> tuple[Any, float]:
+def record_resumed(
+    task: str, demos_dir: Path, demos: int, workers: int, cameras: tuple[str, ...] | None = None
+) -> tuple[Any, float]:
     """Record the demonstrations (those not there yet); the report, and the seconds every
-    invocation spent recording them, summed.
-
-    Each invocation's seconds are added to `record_log.json` beside the demonstrations, so a
-    recording resumed after an interruption (or one made ahead of the training) is counted
-    whole, not as the few seconds of the run that found it done. (A resumed run simulates
-    the expert's failed seeds again: they are never written.)
+    invocation spent recording them, summed (`record_log.json` beside the demonstrations,
+    so a recording resumed after an interruption, or made ahead of the training, is counted
+    whole). A resumed run simulates the expert's failed seeds again: they are never written.
     """
-    log_path = demos_dir.parent / "record_log.json"
-    log = json.loads(log_path.read_text()) if log_path.exists() else []
     before = len(list(demos_dir.glob("*.zarr"))) if demos_dir.exists() else 0
     start = time.perf_counter()
     try:
-        report = record(task, demos_dir, episodes=demos, workers=workers)
+        report = record(task, demos_dir, episodes=demos, workers=workers, cameras=cameras)
     finally:  # an interrupted run's time counts too
         after = len(list(demos_dir.glob("*.zarr"))) if demos_dir.exists() else 0
-        log.append({"seconds": round(time.perf_counter() - start, 1), "workers": workers,
-                    "written": after - before, "kept": before})  # fmt: skip
-        write_json_atomic(log_path, log)
-    return report, sum(entry["seconds"] for entry in log)
+        record_s = timed_log(demos_dir.parent / "record_log.json", time.perf_counter() - start,
+                             workers=workers, written=after - before, kept=before)  # fmt: skip
+    return report, record_s
 
 
 def main() -> None:
@@ -119,7 +115,7 @@ def main() -> None:
     work = opts.workdir.resolve() / opts.headline
 
     demos_dir = work / "demos"
-    report, record_s = record_resumed(spec.task, demos_dir, demos, opts.workers)
+    report, record_s = record_resumed(spec.task, demos_dir, demos, opts.workers, spec.cameras)
     recorded = len(report.written) + len(report.kept)  # the expert's failures are not written
     if opts.record_only:
         print(f"{spec.task}: {recorded} demonstrations under {demos_dir} "
