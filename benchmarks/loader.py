@@ -56,6 +56,7 @@ from torch.utils.data import DataLoader
 from polymimic_data import EpisodeDataset, EpisodeReader, collate_samples, resolve_episodes
 from polymimic_data.embodiments import get_embodiment
 from polymimic_data.samples import ShuffledOrder, make_dataloader, tune_worker_allocator
+from polymimic_data.samples.jpeg_decode import off_boundary
 from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
 
 emit = figure_printer("loader")
@@ -78,9 +79,7 @@ def floor_decode(jpeg: tuple[bytes, int], **kwargs: Any) -> np.ndarray:
     decodes off the boundary (polymimic_data.samples.jpeg_decode), and so does the floor.
     """
     data, nbytes = jpeg
-    raw = np.empty(nbytes + 32, dtype=np.uint8)
-    start = (16 - raw.ctypes.data) % 32
-    buffer = raw[start : start + nbytes]
+    buffer = off_boundary(nbytes)
     return simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=buffer, **kwargs)
 
 
@@ -239,13 +238,18 @@ class OneByOne(torch.utils.data.Dataset):
 
 
 def loader_rate(
-    dataset: Any, batches: int, batch_size: int, workers: int, prefetch: int = 4
+    dataset: Any,
+    batches: int,
+    batch_size: int,
+    workers: int,
+    prefetch: int = 4,
+    recycle: bool = True,
 ) -> tuple[float, float]:
     """Samples/s of make_dataloader over `dataset` after 3 warm batches, and the seconds to
-    its first batch (the workers' start)."""
+    its first batch (the workers' start). `recycle`: make_dataloader's `recycle_buffers`."""
     start = time.perf_counter()
     loader = make_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
-                             prefetch_factor=prefetch)  # fmt: skip
+                             prefetch_factor=prefetch, recycle_buffers=recycle)  # fmt: skip
     it = endless(loader)
     next(it)
     first = time.perf_counter() - start
@@ -419,12 +423,14 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -
         start = time.perf_counter()
         collate_samples(samples[:batch_size])
         best["collate"] = min(best["collate"], time.perf_counter() - start)
-    rate, one_by_one, first = 0.0, 0.0, np.inf  # batches read at once against one by one:
+    # batches read at once against one by one, and into recycled buffers against fresh ones:
+    rate, one_by_one, fresh, first = 0.0, 0.0, 0.0, np.inf
     for _ in range(2):  # alternated, best of 2 each
         read, started = loader_rate(dataset, batches, batch_size, workers)
         rate, first = max(rate, read), min(first, started)
         one_by_one = max(one_by_one, loader_rate(OneByOne(dataset), batches, batch_size,
                                                  workers)[0])  # fmt: skip
+        fresh = max(fresh, loader_rate(dataset, batches, batch_size, workers, recycle=False)[0])
     transport, _ = loader_rate(OneSample(samples[0], len(dataset)), batches, batch_size, workers)
     limit = cores / best["floor"]
     where = {"workers": workers, "batch_size": batch_size, "cores": cores}
@@ -439,6 +445,9 @@ def dataloader_figure(dataset: EpisodeDataset, batches: int, workers: int = 2) -
     emit("dataloader_one_by_one_samples_per_s", one_by_one, "samples/s", **where)
     emit("batch_read_over_one_by_one_samples_per_s", rate / one_by_one, "ratio", **where,
          goal="> 1 (a batch read at once is kept only if it moves the loader)")  # fmt: skip
+    emit("dataloader_fresh_buffers_samples_per_s", fresh, "samples/s", **where)
+    emit("recycled_over_fresh_buffers_samples_per_s", rate / fresh, "ratio", **where,
+         goal="> 1 (batch buffers are recycled only if it moves the loader)")  # fmt: skip
     emit("worker_ms_per_sample", best["worker"] * 1e3, "ms", cameras=len(dataset.cameras),
          read="a batch at once, collated")  # fmt: skip
     emit("worker_one_by_one_ms_per_sample", best["one_by_one"] * 1e3, "ms",

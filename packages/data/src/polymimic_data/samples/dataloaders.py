@@ -1,9 +1,12 @@
 """DataLoaders with settings that serve throughput by default, and that resume exactly.
 
-Persistent workers, a deep prefetch, pinned memory where a GPU exists, and a worker
-allocator that reuses memory: decoded frames are large (a 480x640 RGB frame is 0.9 MB),
-and glibc serves each from fresh mmap'd pages by default, so every frame pays page faults
-and zeroing. Raising the mmap threshold in workers keeps those pages in the heap.
+Persistent workers, a deep prefetch, pinned memory where a GPU exists, and memory reused
+rather than made afresh for every batch: decoded frames are large (a 480x640 RGB frame is
+0.9 MB), and both glibc's large allocations and a DataLoader's shared memory serve each
+from fresh pages, so every frame pays page faults and zeroing. Raising the mmap threshold
+in workers keeps their private pages in the heap; the shared buffers a batch's images are
+decoded into are recycled once the training process has dropped the batch
+(batch_buffers: `recycle_buffers`).
 
 The loader is torchdata's StatefulDataLoader: its `state_dict()` says which samples were
 handed out (not merely prefetched), and Lightning saves it in every checkpoint, so a
@@ -24,6 +27,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Iterator, Sequence, Sized
+from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -31,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, DistributedSampler
 
+from polymimic_data.samples.batch_buffers import BufferReturns, install_pool, new_flags
 from polymimic_data.samples.collate import collate_samples
 from polymimic_data.samples.episode_blocks import block_order, compact_episodes, worker_lanes
 
@@ -71,6 +76,18 @@ def tune_worker_allocator(worker_id: int = 0) -> bool:
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, _HEAP_BYTES)) and bool(
         libc.mallopt(_M_TRIM_THRESHOLD, 2 * _HEAP_BYTES)
     )
+
+
+class _WorkerSetup:
+    """A loader worker's start: its allocator, its signals, its pool of batch buffers."""
+
+    def __init__(self, buffer_flags: torch.Tensor | None) -> None:
+        self.buffer_flags = buffer_flags
+
+    def __call__(self, worker_id: int) -> None:
+        _tune_worker(worker_id)
+        if self.buffer_flags is not None:
+            install_pool(self.buffer_flags, worker_id)
 
 
 def _tune_worker(worker_id: int) -> None:
@@ -216,6 +233,47 @@ class ShuffledOrder(DistributedSampler):
         self._continues = True
 
 
+class _Returning:
+    """A loader's iterator, its batches followed by the training process's BufferReturns."""
+
+    def __init__(self, inner: Iterator[Any], returns: BufferReturns) -> None:
+        self.inner, self.returns = inner, returns
+
+    def __iter__(self) -> _Returning:
+        return self
+
+    def __next__(self) -> Any:
+        self.returns.collect()
+        batch = next(self.inner)
+        self.returns.receive(batch)
+        return batch
+
+    def __len__(self) -> int:
+        return len(cast(Sized, self.inner))
+
+    def __getattr__(self, name: str) -> Any:  # the loader's own iterator's state and methods
+        return getattr(self.inner, name)
+
+
+@cache
+def _recycling_dataloader() -> type[StatefulDataLoader]:
+    """StatefulDataLoader whose iterators return the workers' batch buffers (see above)."""
+
+    class RecyclingDataLoader(_stateful_dataloader()):
+        def __init__(self, *args: Any, buffer_flags: torch.Tensor, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.buffer_flags = buffer_flags
+            self.buffer_returns = BufferReturns(buffer_flags)
+
+        def __iter__(self) -> Any:
+            # Before the pass's first indices go out, so no worker collates one of its
+            # batches: what the last pass prefetched and dropped frees its buffers.
+            self.buffer_returns.reclaim()
+            return _Returning(super().__iter__(), self.buffer_returns)
+
+    return RecyclingDataLoader
+
+
 def make_dataloader(
     dataset: Dataset[Any],
     *,
@@ -227,6 +285,7 @@ def make_dataloader(
     drop_last: bool | None = None,
     seed: int = 0,
     episodes_per_block: int | None = None,
+    recycle_buffers: bool = True,
 ) -> StatefulDataLoader:
     """A DataLoader of batches in the contract of DESIGN.md (see collate_samples).
 
@@ -235,9 +294,14 @@ def make_dataloader(
     state. `episodes_per_block` (shuffled only; the dataset must say which episode each
     sample is of, as EpisodeDataset.sample_episodes does) shuffles by blocks of that many
     episodes, dealt to the workers in lanes (see ShuffledOrder): for data sets of many
-    more episodes than a worker's episode cache holds.
+    more episodes than a worker's episode cache holds. `recycle_buffers`: the workers' batch
+    buffers are reused once the training process drops their batches (batch_buffers).
     """
     loader = _stateful_dataloader()
+    recycling: dict[str, Any] = {}
+    if recycle_buffers and num_workers > 0:
+        loader = _recycling_dataloader()
+        recycling = {"buffer_flags": new_flags(num_workers)}
     generator = torch.Generator().manual_seed(seed)
     drop_last = shuffle if drop_last is None else drop_last
     blocks: dict[str, Any] = {}
@@ -267,6 +331,7 @@ def make_dataloader(
         persistent_workers=num_workers > 0,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
-        worker_init_fn=_tune_worker if num_workers > 0 else None,
+        worker_init_fn=_WorkerSetup(recycling.get("buffer_flags")) if num_workers > 0 else None,
         generator=generator,
+        **recycling,
     )

@@ -19,7 +19,8 @@ from torch.utils.data import Dataset
 from polymimic_data.embodiments.registry import get_embodiment
 from polymimic_data.episodes.resolver import EpisodeInfo
 from polymimic_data.geometry.layouts import Layout
-from polymimic_data.samples.collate import Sample, batch_buffer
+from polymimic_data.samples.batch_buffers import batch_buffer
+from polymimic_data.samples.collate import Sample
 from polymimic_data.samples.episode_cache import EpisodeCache, LoadedEpisode
 from polymimic_data.samples.faults import (
     DataFault,

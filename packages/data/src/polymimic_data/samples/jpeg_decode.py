@@ -24,16 +24,19 @@ from polymimic_data.samples.image_resize import resize_uint8
 MIN_THREADED_PIXELS = 240 * 320  # a smaller frame decodes faster than a thread hand-off
 
 
-def _off_boundary(nbytes: int) -> np.ndarray:
-    """`nbytes` of fresh memory that start 16 bytes past a 32-byte boundary.
+ALIGNMENT, OFFSET = 32, 16  # decode into memory OFFSET bytes past an ALIGNMENT boundary
+
+
+def off_boundary(nbytes: int) -> np.ndarray:
+    """`nbytes` of fresh memory that start OFFSET (16) bytes past an ALIGNMENT (32) boundary.
 
     libjpeg-turbo's SIMD colour conversion writes an output row that starts on a 32-byte
     boundary with non-temporal stores, which go around the cache to memory: a 128x160
     frame then takes about 1.8x as long to decode, and collation reads it right back.
     Whether a buffer of numpy's own starts on such a boundary is the allocator's chance.
     """
-    raw = np.empty(nbytes + 32, dtype=np.uint8)
-    start = (16 - raw.ctypes.data) % 32
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    start = (OFFSET - raw.ctypes.data) % ALIGNMENT
     return raw[start : start + nbytes]
 
 
@@ -43,7 +46,7 @@ def _decode_rgb(data: bytes, height: int = 0, width: int = 0, fastdct: bool = Fa
         out_height, out_width, _, _ = simplejpeg.decode_jpeg_header(
             data, min_height=height, min_width=width
         )
-        buffer = _off_boundary(int(out_height) * int(out_width) * 3)
+        buffer = off_boundary(int(out_height) * int(out_width) * 3)
         return simplejpeg.decode_jpeg(
             data,
             colorspace="RGB",
