@@ -8,10 +8,12 @@ device from the policy's generator), so the same order is the same data."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from torch.utils.data import Dataset, DistributedSampler
 
-from polymimic_data.samples.dataloaders import ShuffledOrder, make_dataloader
+from polymimic_data.samples.dataloaders import ShuffledOrder, default_workers, make_dataloader
 
 
 class _Frames(Dataset):
@@ -158,3 +160,20 @@ def test_loader_workers_in_a_slurm_job_ignore_its_stop_and_requeue_signals(
     batch = next(iter(loader))
     ignored = {name: bool(batch[name][0]) for name in ("SIGTERM", "SIGUSR1", "SIGUSR2")}
     assert ignored == {"SIGTERM": in_slurm, "SIGUSR1": in_slurm, "SIGUSR2": in_slurm}
+
+
+def test_default_workers_share_this_process_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker per core of this process's share, among its loaders, 1 to 8."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert default_workers() == 8  # at most 8
+    assert default_workers(loaders=4) == 4
+    assert default_workers(processes=8) == 2  # the node's training processes share it
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # as torchrun says
+    assert default_workers() == 4
+    assert default_workers(loaders=8, processes=8) == 1  # at least one
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(3)))
+    assert default_workers(processes=8) == 3  # bound to its own cores: shared already
+    with pytest.raises(ValueError, match="loaders: 1 or more, got 0"):
+        default_workers(loaders=0)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,22 @@ def test_cotraining_weights_hold_over_an_epoch(root: Path, tmp_path: Path) -> No
     )
     share = counts["eva_bimanual"] / sum(counts.values())
     assert abs(share - 0.75) <= 0.01
+
+
+def test_auto_workers_share_the_cores_among_the_training_loaders(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """num_workers: auto gives each training loader its share of this process's cores."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    dm = _cotrained(root, tmp_path, 3.0, 1.0)
+    dm.cfg["num_workers"] = "auto"
+    assert {loader.num_workers for loader in dm.train_dataloader().iterables.values()} == {2}
+    dm.cfg["datasets"]["aria_bimanual"]["weight"] = 0  # one loader trains: every core its own
+    assert [loader.num_workers for loader in dm.train_dataloader().iterables.values()] == [4]
+    dm.cfg["num_workers"] = 1  # a number is taken as it is
+    assert [loader.num_workers for loader in dm.train_dataloader().iterables.values()] == [1]
 
 
 def test_a_dataset_of_weight_zero_is_validated_and_normalised_but_never_trained_on(

@@ -60,6 +60,10 @@ CASES = {
         ["+data.datasets.eva_bimanual.weight=0"],
         "data.datasets: every weight is 0; at least one dataset must train (weight > 0)",
     ),
+    "workers": (
+        ["data.num_workers=many"],
+        "data.num_workers: must be an integer >= 0 or auto, got 'many'",
+    ),
     "blocks": (
         ["data.episodes_per_block=0"],
         "data.episodes_per_block: must be a positive integer",

@@ -35,6 +35,7 @@ _POSITIVE = (
     "data.episodes_per_block",
 )
 _OPTIONAL = ("data.episodes_per_block",)  # null: off
+_AUTO = ("data.num_workers",)  # auto: chosen at run time
 _NON_NEGATIVE = (
     "data.num_workers",
     "optim.warmup_steps",
@@ -54,9 +55,12 @@ def _check_numbers(cfg: DictConfig) -> None:
         value = _number(cfg, key)
         if value is None and (key.startswith("callbacks.") or key in _OPTIONAL):
             continue  # that callback, or that option, is switched off
+        if value == "auto" and key in _AUTO:
+            continue
         lowest = 1 if key in _POSITIVE else 0
         if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
             kind = "a positive integer" if lowest else "an integer >= 0"
+            kind += " or auto" if key in _AUTO else ""
             raise ConfigError(f"{key}: must be {kind}, got {value!r}")
     for key in ("optim.lr", "optim.backbone_lr"):
         value = _number(cfg, key)

@@ -2,6 +2,7 @@
 # this table at import; type checkers read it as the package's interface).
 from .collate import collate_samples as collate_samples
 from .dataloaders import ShuffledOrder as ShuffledOrder
+from .dataloaders import default_workers as default_workers
 from .dataloaders import make_dataloader as make_dataloader
 from .dataloaders import tune_worker_allocator as tune_worker_allocator
 from .dataset import EpisodeDataset as EpisodeDataset

@@ -107,6 +107,30 @@ def _tune_worker(worker_id: int) -> None:
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
+MAX_DEFAULT_WORKERS = 8  # past this, more workers hold more open episodes for little gain
+
+
+def default_workers(loaders: int = 1, processes: int | None = None) -> int:
+    """Workers for each of `loaders` loaders of one training process (`num_workers: auto`).
+
+    This process's cores, shared among the node's training `processes` (default: the
+    launcher's LOCAL_WORLD_SIZE, else 1) where its CPU affinity is the whole machine (a
+    scheduler that binds each process to its own cores, as Slurm does, has shared them
+    already), then among its loaders: at least 1, at most MAX_DEFAULT_WORKERS. A worker per
+    core, not one fewer: the training process mostly waits on the device (bench-data's
+    sweep on 2 cores: 2 workers deliver the most).
+    """
+    if loaders < 1:
+        raise ValueError(f"loaders: 1 or more, got {loaders}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    if processes is None:
+        processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    if cores >= (os.cpu_count() or cores):  # not bound to a share of the machine
+        cores //= max(1, processes)
+    return max(1, min(MAX_DEFAULT_WORKERS, cores // loaders))
+
+
 class ShuffledOrder(DistributedSampler):
     """Every index once per pass, in an order drawn from (seed, epoch, cycle) alone.
 

@@ -22,7 +22,7 @@ from polymimic_data import (
     split_episodes,
 )
 from polymimic_data.embodiments import DEFAULT_CAMERAS
-from polymimic_data.samples import make_dataloader, subsample_frames
+from polymimic_data.samples import default_workers, make_dataloader, subsample_frames
 from polymimic_train.run_episodes import resolve_datasets, split_filtered
 
 log = logging.getLogger(__name__)
@@ -137,11 +137,23 @@ class EmbodimentDataModule(pl.LightningDataModule):
             dataset,
             batch_size=batch_size or int(self.cfg["batch_size"]),
             shuffle=shuffle,
-            num_workers=int(self.cfg["num_workers"]),
+            num_workers=self._workers(),
             pin_memory=type(accelerator).__name__ == "CUDAAccelerator",
             seed=zlib.crc32(f"{self.seed}:{name}".encode()),  # each embodiment its own order
             episodes_per_block=self.cfg.get("episodes_per_block") if shuffle else None,
         )
+
+    def _workers(self) -> int:
+        """Each loader's workers: `data.num_workers`, or polymimic-data's default_workers.
+
+        With `auto`: the cores this process gets, shared among its training loaders.
+        """
+        workers = self.cfg["num_workers"]
+        if workers != "auto":
+            return int(workers)
+        devices = self.trainer.num_devices if self.trainer is not None else None
+        loaders = sum(1 for size in self.batch_sizes().values() if size)
+        return default_workers(loaders=max(1, loaders), processes=devices)
 
     def batch_sizes(self) -> dict[str, int]:
         """Each dataset's share of a step's `batch_size`, by its `weight` (at least one).
