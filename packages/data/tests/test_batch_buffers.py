@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -38,7 +40,8 @@ def _shm_file(image: torch.Tensor) -> int:
 def test_dropped_batches_buffers_are_used_again(eva_root: Path, recycle: bool) -> None:
     """Also across passes cut short: what each had prefetched, and dropped, comes back."""
     loader = make_dataloader(_dataset(eva_root), batch_size=4, shuffle=True, num_workers=2,
-                             prefetch_factor=2, recycle_buffers=recycle)  # fmt: skip
+                             prefetch_factor=2, recycle_buffers=recycle,
+                             pin_memory=False)  # fmt: skip
     files, batches = set(), 0
     for _ in range(8):
         for _, batch in zip(range(3), loader, strict=False):
@@ -56,26 +59,57 @@ def test_dropped_batches_buffers_are_used_again(eva_root: Path, recycle: bool) -
 
 
 def test_a_held_batch_is_never_written_over(eva_root: Path) -> None:
-    """Batches held across passes (some cut short) keep their images as they came."""
-    loader = make_dataloader(_dataset(eva_root), batch_size=4, shuffle=True, num_workers=2,
-                             prefetch_factor=2)  # fmt: skip
+    """Through the ways a run uses a loader (its state saved before the first pass, passes
+    cut short, resumed mid-pass, batches held and let go), every batch held is, at every
+    step, down to the last pixel, the same as a loader's that never recycles."""
+
+    def loader(recycle: bool) -> Any:
+        return make_dataloader(_dataset(eva_root), batch_size=4, shuffle=True, num_workers=2,
+                               prefetch_factor=2, pin_memory=False, seed=5,
+                               recycle_buffers=recycle)  # fmt: skip
+
+    recycled, fresh = loader(True), loader(False)
     held: list[tuple[dict, dict]] = []
-    for cut in (3, None, 2, None):  # a pass cut short drops what it had prefetched
-        for step, batch in enumerate(loader):
-            if step % 3 == 0:
-                copies = {c: batch[f"images.{c}"].clone() for c in CAMERAS}
-                held.append((batch, copies))
-            if cut is not None and step == cut:
+    seen = 0
+
+    def take(a: dict, b: dict) -> None:
+        nonlocal seen
+        assert (a["episode"], a["frame"].tolist()) == (b["episode"], b["frame"].tolist())
+        if seen % 2 == 0:
+            held.append((a, b))
+        seen += 1
+        for ours, theirs in held:
+            for camera in CAMERAS:
+                assert torch.equal(ours[f"images.{camera}"], theirs[f"images.{camera}"])
+
+    recycled.state_dict(), fresh.state_dict()  # this makes the first pass's iterator
+    deadline = time.monotonic() + 60  # whose workers prefetch 2 batches each: let them
+    while int(recycled.buffer_flags.sum()) < 2 * 2 * len(CAMERAS):  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, "the workers never prefetched"
+        time.sleep(0.01)
+    for cut in (3, None, 2):  # a pass cut short drops what it had prefetched
+        for step, (a, b) in enumerate(zip(recycled, fresh, strict=True)):
+            take(a, b)
+            if step == cut:
                 break
-    assert len(held) > 10
-    for batch, copies in held:
-        for camera in CAMERAS:
-            assert torch.equal(batch[f"images.{camera}"], copies[camera])
-    # what the loader holds is freed once the batches go (reclaimed at the next pass)
-    del held, batch
+    ours, theirs = iter(recycled), iter(fresh)
+    take(next(ours), next(theirs))
+    saved = recycled.state_dict(), fresh.state_dict()
+    take(next(ours), next(theirs))
+    recycled.load_state_dict(saved[0]), fresh.load_state_dict(saved[1])  # new workers
+    for step, (a, b) in enumerate(zip(recycled, fresh, strict=True)):
+        take(a, b)
+        if step == 2:  # the batches of the last workers go while the new ones' are held
+            held.clear()
+            gc.collect()
+        if step == 9:
+            break
+    assert seen > 40
+    held.clear()
+    del a, b
     gc.collect()
-    loader.buffer_returns.reclaim()  # type: ignore[attr-defined]
-    assert int(loader.buffer_flags.sum()) == 0  # type: ignore[attr-defined]
+    recycled.buffer_returns.reclaim()  # type: ignore[attr-defined]
+    assert int(recycled.buffer_flags.sum()) == 0  # type: ignore[attr-defined]
 
 
 def test_a_pool_takes_back_a_buffer_dropped_in_its_worker() -> None:

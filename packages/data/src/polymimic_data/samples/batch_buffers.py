@@ -2,7 +2,7 @@
 
 A batch read at once (EpisodeDataset.__getitems__) decodes each camera's frames straight
 into one (B, H, W, 3) buffer, and collation hands that buffer on as the batch's images
-(collate._one_buffer). Inside a loader worker the buffer is shared memory, so the batch
+(one_buffer, below). Inside a loader worker the buffer is shared memory, so the batch
 crosses to the training process without a copy, as default_collate's stack would.
 
 Fresh shared memory for every batch is what a DataLoader pays by default: each buffer is
@@ -12,12 +12,15 @@ first write (a 32-frame 480x640 camera buffer is 29.5 MB). Buffers are recycled 
 - in each worker of a loader made by make_dataloader, a `BufferPool` keeps the shared
   buffers it has made, and takes one for a batch only while its flag (a byte in memory
   shared with the training process) says no batch handed out holds it;
+- each set of workers a loader starts has flags of its own (RecyclingDataLoader);
 - in the training process, `BufferReturns` follows each batch it hands out: a buffer's flag
   is cleared once no tensor anywhere in that process holds its memory any more (a
   reference count, not a guess: torch's weak reference to the storage expires then), or
   at once where pinning copied the batch out of it;
 - a pool with no buffer free makes a fresh one, so holding on to batches costs memory, as
-  it always did, never correctness.
+  it always did, never correctness. A pool keeps its buffers while its workers live (about
+  what they have in flight, at most SLOTS), so a loader whose persistent workers mostly
+  wait (validation's) does not recycle by default.
 
 A buffer starts 16 bytes past a 32-byte boundary: libjpeg-turbo writes a row that starts
 on one with non-temporal stores (jpeg_decode.off_boundary), and a fresh buffer starts on a
@@ -37,7 +40,7 @@ from torch.utils.data import get_worker_info
 
 from polymimic_data.samples.jpeg_decode import ALIGNMENT, OFFSET
 
-SLOTS = 64  # shared buffers one worker keeps; past them it makes fresh ones
+SLOTS = 32  # shared buffers one worker keeps; past them it makes fresh ones
 SLOTS_KEY = "buffer_slots"  # a worker's batch names its pooled buffers under it (popped)
 HANDED_OUT, FREE = 1, 0
 
@@ -72,7 +75,7 @@ class BufferPool:
             free = self.flags[slot] == FREE and slot not in self.in_use
             if free and storage.nbytes() == nbytes:
                 return storage, slot
-        if len(self.storages) < SLOTS:
+        if len(self.storages) < SLOTS and self.flags[len(self.storages)] == FREE:
             self.storages.append(torch.UntypedStorage._new_shared(nbytes))
             return self.storages[-1], len(self.storages) - 1
         for slot in range(len(self.storages)):  # one of another size, remade

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from polymimic_data.samples.batch_buffers import BufferReturns, install_pool, new_flags
 from polymimic_data.samples.collate import collate_samples
@@ -81,8 +82,8 @@ def tune_worker_allocator(worker_id: int = 0) -> bool:
 class _WorkerSetup:
     """A loader worker's start: its allocator, its signals, its pool of batch buffers."""
 
-    def __init__(self, buffer_flags: torch.Tensor | None) -> None:
-        self.buffer_flags = buffer_flags
+    def __init__(self) -> None:
+        self.buffer_flags: torch.Tensor | None = None  # a RecyclingDataLoader's, set per set
 
     def __call__(self, worker_id: int) -> None:
         _tune_worker(worker_id)
@@ -257,10 +258,15 @@ class ShuffledOrder(DistributedSampler):
         self._continues = True
 
 
-class _Returning:
-    """A loader's iterator, its batches followed by the training process's BufferReturns."""
+class _Returning(_BaseDataLoaderIter):
+    """A loader's iterator, its batches followed by the training process's BufferReturns.
 
-    def __init__(self, inner: Iterator[Any], returns: BufferReturns) -> None:
+    A DataLoader iterator itself (isinstance), so that what treats one as such does so
+    with it (Lightning leaves it out when it pickles its loop's state); everything else is
+    the loader's own iterator's.
+    """
+
+    def __init__(self, inner: _BaseDataLoaderIter, returns: BufferReturns) -> None:
         self.inner, self.returns = inner, returns
 
     def __iter__(self) -> _Returning:
@@ -273,27 +279,58 @@ class _Returning:
         return batch
 
     def __len__(self) -> int:
-        return len(cast(Sized, self.inner))
+        return len(self.inner)
 
-    def __getattr__(self, name: str) -> Any:  # the loader's own iterator's state and methods
+    def _reset(self, loader: Any, first_iter: bool = False) -> None:
+        self.inner._reset(loader, first_iter)
+
+    def _next_index(self) -> Any:
+        return self.inner._next_index()
+
+    def _next_data(self) -> Any:
+        return self.inner._next_data()
+
+    def __getattr__(self, name: str) -> Any:  # state_dict() and the rest: the inner's
+        if name in ("inner", "returns"):  # not set yet (a copy being made): not the inner's
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 
 @cache
 def _recycling_dataloader() -> type[StatefulDataLoader]:
-    """StatefulDataLoader whose iterators return the workers' batch buffers (see above)."""
+    """StatefulDataLoader whose workers' batch buffers are recycled (batch_buffers)."""
 
     class RecyclingDataLoader(_stateful_dataloader()):
-        def __init__(self, *args: Any, buffer_flags: torch.Tensor, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.buffer_flags = buffer_flags
-            self.buffer_returns = BufferReturns(buffer_flags)
+        buffer_flags: torch.Tensor | None = None
+        buffer_returns: BufferReturns | None = None
+
+        def _get_iterator(self) -> Any:
+            # A new set of workers (the first, after load_state_dict, after a reset that
+            # shut the last down): flags of their own. Batches of an earlier set may still
+            # be held, and its workers still shutting down; their flags are left to them.
+            setup = self.worker_init_fn
+            if isinstance(setup, _WorkerSetup) and self.num_workers > 0:
+                self.buffer_flags = setup.buffer_flags = new_flags(self.num_workers)
+                self.buffer_returns = BufferReturns(self.buffer_flags)
+            return super()._get_iterator()
 
         def __iter__(self) -> Any:
-            # Before the pass's first indices go out, so no worker collates one of its
-            # batches: what the last pass prefetched and dropped frees its buffers.
-            self.buffer_returns.reclaim()
-            return _Returning(super().__iter__(), self.buffer_returns)
+            resets = (
+                self.buffer_returns is not None
+                and not self._initial_iter_for_state_dict
+                and self.persistent_workers
+                and self._iterator is not None
+            )
+            if resets and self.buffer_returns is not None:
+                # The same workers go on with a new pass, and what they had prefetched for
+                # the last is dropped: freed before the pass's first indices go out, so no
+                # worker collates one of its batches yet. (The iterator state_dict() made
+                # before the first pass is not reset: its prefetched batches are delivered.)
+                self.buffer_returns.reclaim()
+            inner = super().__iter__()
+            if self.buffer_returns is None:
+                return inner
+            return _Returning(inner, self.buffer_returns)
 
     return RecyclingDataLoader
 
@@ -309,7 +346,7 @@ def make_dataloader(
     drop_last: bool | None = None,
     seed: int = 0,
     episodes_per_block: int | None = None,
-    recycle_buffers: bool = True,
+    recycle_buffers: bool | None = None,
 ) -> StatefulDataLoader:
     """A DataLoader of batches in the contract of DESIGN.md (see collate_samples).
 
@@ -319,13 +356,13 @@ def make_dataloader(
     sample is of, as EpisodeDataset.sample_episodes does) shuffles by blocks of that many
     episodes, dealt to the workers in lanes (see ShuffledOrder): for data sets of many
     more episodes than a worker's episode cache holds. `recycle_buffers`: the workers' batch
-    buffers are reused once the training process drops their batches (batch_buffers).
+    buffers are reused once the training process drops their batches (batch_buffers);
+    None: for a shuffled (training) loader, not for one whose persistent workers would keep
+    their buffers while they wait (validation's, between validations).
     """
     loader = _stateful_dataloader()
-    recycling: dict[str, Any] = {}
-    if recycle_buffers and num_workers > 0:
+    if (shuffle if recycle_buffers is None else recycle_buffers) and num_workers > 0:
         loader = _recycling_dataloader()
-        recycling = {"buffer_flags": new_flags(num_workers)}
     generator = torch.Generator().manual_seed(seed)
     drop_last = shuffle if drop_last is None else drop_last
     blocks: dict[str, Any] = {}
@@ -355,7 +392,6 @@ def make_dataloader(
         persistent_workers=num_workers > 0,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
-        worker_init_fn=_WorkerSetup(recycling.get("buffer_flags")) if num_workers > 0 else None,
+        worker_init_fn=_WorkerSetup() if num_workers > 0 else None,
         generator=generator,
-        **recycling,
     )

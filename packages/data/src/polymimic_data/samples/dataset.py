@@ -218,6 +218,12 @@ class EpisodeDataset(Dataset[Sample]):
         return state, actions, plan.action_mask(steps, n)
 
     def _build(self, index: int, outs: Sequence[torch.Tensor] | None = None) -> Sample:
+        sample, jpegs = self._prepare(index)
+        self._attach(sample, self.decoder(jpegs, self.image_size, decode_jpeg, outs))
+        return sample
+
+    def _prepare(self, index: int) -> tuple[Sample, list[bytes]]:
+        """The sample at `index` but its images, and its cameras' JPEGs (SampleFault)."""
         episode, frame = self.locate(index)
         self._faults.check_not_dropped(episode, frame)
         loaded = self._cache.get(episode)
@@ -236,15 +242,16 @@ class EpisodeDataset(Dataset[Sample]):
             try:
                 jpegs.append(loaded.reader.read_jpeg(camera, frame))
             except Exception as exc:
-                hash_ = self.episodes[episode].hash
-                raise read_fault(hash_, f"images.{camera}", frame, exc) from exc
-        images = self.decoder(jpegs, self.image_size, decode_jpeg, outs)
+                raise read_fault(sample["episode"], f"images.{camera}", frame, exc) from exc
+        return sample, jpegs
+
+    def _attach(self, sample: Sample, images: Sequence[torch.Tensor | Exception]) -> None:
+        """The decoded `images` into `sample`, or a SampleFault naming the one that failed."""
         for camera, image in zip(self.cameras, images, strict=True):
             if isinstance(image, Exception):
-                hash_ = self.episodes[episode].hash
-                raise read_fault(hash_, f"images.{camera}", frame, image) from image
+                key = f"images.{camera}"
+                raise read_fault(sample["episode"], key, sample["frame"], image) from image
             sample[f"images.{camera}"] = image
-        return sample
 
     def __getitem__(self, index: int) -> Sample:
         """The sample at `index`, or a stand-in for it; `faults` lists what was met on the way."""
@@ -272,8 +279,27 @@ class EpisodeDataset(Dataset[Sample]):
             first[f"images.{camera}"] = buffer[0].permute(2, 0, 1)
             buffers[camera] = buffer
         samples = [first]
+        # Each sample prepared in turn, its cameras decoding (on threads where the decoder
+        # has them) while the next is prepared; a sample that meets a fault is made again
+        # as `self[i]` makes it, replacement and all, once the batch's decodes are done.
+        waiting = []
         for slot, index in enumerate(indices[1:], 1):
-            samples.append(self._sample(index, [buffers[c][slot] for c in self.cameras]))
+            outs = [buffers[c][slot] for c in self.cameras]
+            try:
+                sample, jpegs = self._prepare(index)
+            except SampleFault:
+                samples.append(self._sample(index, outs))
+                continue
+            wait = self.decoder.start(jpegs, self.image_size, decode_jpeg, outs)
+            waiting.append((slot, index, outs, wait))
+            samples.append(sample)
+        for slot, index, outs, wait in waiting:
+            try:
+                self._attach(samples[slot], wait())
+            except SampleFault:
+                samples[slot] = self._sample(index, outs)
+            else:
+                samples[slot]["faults"] = []
         return samples
 
     def _sample(self, index: int, outs: Sequence[torch.Tensor] | None = None) -> Sample:

@@ -2,10 +2,14 @@
 
 A sample's cameras are decoded on threads where that is faster (CameraDecoder):
 libjpeg-turbo releases the GIL, so a worker with cores to spare decodes three cameras in
-about the time of two, or one. Small frames are not: a 128x160 JPEG decodes in about 50 us,
-what handing it to a thread and back costs, and three of them took 2.2x as long on threads
-as in turn (benchmarks/loader.py --episodes; 2 cores, busy), so frames under
-MIN_THREADED_PIXELS decode in turn whatever the cores.
+about the time of two, or one; a batch read at once (EpisodeDataset.__getitems__) hands
+every frame of the batch to the threads as its sample is prepared (CameraDecoder.start),
+so they are not idle while a sample's slowest camera finishes or the next is read.
+
+Small frames are not decoded on threads: a 128x160 JPEG decodes in about 50 us, what
+handing it to a thread and back costs, and three of them took 2.2x as long on threads as in
+turn (benchmarks/loader.py --episodes; 2 cores, busy), so frames under MIN_THREADED_PIXELS
+decode in turn whatever the cores.
 """
 
 from __future__ import annotations
@@ -177,18 +181,48 @@ class CameraDecoder:
 
         `outs`: where each goes (decode_jpeg's `out`), one per JPEG.
         """
+        return self.start(jpegs, size, decode, outs, alone=True)()
 
-        def one(data: bytes, out: torch.Tensor | None) -> torch.Tensor | Exception:
-            try:
-                return decode(data, size) if out is None else decode(data, size, out)
-            except Exception as exc:  # the caller reports it with its camera
-                return exc
+    def start(
+        self,
+        jpegs: Sequence[bytes],
+        size: tuple[int, int] | None,
+        decode: Callable[..., torch.Tensor] = decode_jpeg,
+        outs: Sequence[torch.Tensor] | None = None,
+        *,
+        alone: bool = False,
+    ) -> Callable[[], list[torch.Tensor | Exception]]:
+        """Start decoding as `__call__` does; the function that waits for its results.
 
+        On threads, the caller goes on meanwhile (a batch read at once prepares its next
+        sample while this one's cameras decode, and all of a batch's frames share the
+        threads); in turn, they are decoded before this returns. `alone`: a sample's
+        JPEGs waited for at once, in turn where there is only one.
+        """
         into = list(outs) if outs is not None else [None] * len(jpegs)
         pool = self._executor()
-        if pool is None or len(jpegs) < 2 or max(map(_pixels, jpegs)) < MIN_THREADED_PIXELS:
-            return [one(data, out) for data, out in zip(jpegs, into, strict=True)]
-        return list(pool.map(one, jpegs, into))
+        small = not jpegs or max(map(_pixels, jpegs)) < MIN_THREADED_PIXELS
+        if pool is None or small or (alone and len(jpegs) < 2):
+            done = [
+                _decode_one(decode, data, size, out) for data, out in zip(jpegs, into, strict=True)
+            ]
+            return lambda: done
+        futures = [pool.submit(_decode_one, decode, data, size, out)
+                   for data, out in zip(jpegs, into, strict=True)]  # fmt: skip
+        return lambda: [future.result() for future in futures]
+
+
+def _decode_one(
+    decode: Callable[..., torch.Tensor],
+    data: bytes,
+    size: tuple[int, int] | None,
+    out: torch.Tensor | None,
+) -> torch.Tensor | Exception:
+    """`decode`'s image of `data`, or the exception it raised (its caller names the camera)."""
+    try:
+        return decode(data, size) if out is None else decode(data, size, out)
+    except Exception as exc:
+        return exc
 
 
 def _pixels(data: bytes) -> int:
