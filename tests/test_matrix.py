@@ -98,11 +98,6 @@ def _pi_overrides(model: str, data: str) -> list[str]:
         if data.startswith("sim_aloha")
         else ["model.image_slots.base_0_rgb=[front_1,top]"]  # the hands' and the robot's
         if data in ("sim_hands_transfer_cube", "sim_cotrain_transfer_cube")
-        else [  # MetaWorld's two views, the second in the slot openpi gives LIBERO's second
-            "model.image_slots.base_0_rgb=[front_1,corner2]",
-            "model.image_slots.left_wrist_0_rgb=[left_wrist,topview]",
-        ]
-        if data == "sim_metaworld_mt10"
         else ["model.image_slots.base_0_rgb=[front_1,corner2]"]  # MetaWorld's camera
         if data.startswith("sim_")
         else []
@@ -151,9 +146,7 @@ def _pairs() -> list:
 
 
 @cache
-def _recorded(
-    task: str, cameras: tuple[str, ...] | None = None, size: tuple[int, int] = (48, 64)
-) -> Path:
+def _recorded(task: str, size: tuple[int, int] = (48, 64)) -> Path:
     """Scripted demonstrations recorded once per test process, removed when it exits."""
     import atexit
     import shutil
@@ -164,20 +157,18 @@ def _recorded(
     root = Path(mkdtemp(prefix="polymimic-matrix-sim-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     dest = root / task.replace("/", "_")
-    record(task, dest, episodes=2, image_size=size, cameras=cameras, progress=False)
+    record(task, dest, episodes=2, image_size=size, progress=False)
     return dest
 
 
 SIM_DATA = {  # data config -> the tasks its demonstrations come from (mt10: one of its tasks)
     "sim_metaworld": ["metaworld/button-press-v3"],
-    "sim_metaworld_mt10": ["metaworld/button-press-v3"],  # with the cameras below
+    "sim_metaworld_mt10": ["metaworld/button-press-v3"],
     "sim_aloha_transfer_cube": ["aloha/transfer_cube"],
     "sim_aloha_ee_transfer_cube": ["aloha_ee/transfer_cube"],
     "sim_hands_transfer_cube": ["hands/transfer_cube"],
     "sim_cotrain_transfer_cube": ["aloha_ee/transfer_cube", "hands/transfer_cube"],
 }
-
-SIM_CAMERAS = {"sim_metaworld_mt10": ("corner2", "topview")}  # recorded; else the task's own
 
 
 def _data_overrides(tmp: Path, data: str) -> list[str]:
@@ -185,8 +176,7 @@ def _data_overrides(tmp: Path, data: str) -> list[str]:
         size = ["episodes=3", "frames=20", "height=48", "width=64"]
         return [f"data.synthetic.{s}" for s in size]
     if data in SIM_DATA:  # demonstrations as polymimic-sim records them
-        cameras = SIM_CAMERAS.get(data)
-        roots = ",".join(str(_recorded(task, cameras)) for task in SIM_DATA[data])
+        roots = ",".join(str(_recorded(task)) for task in SIM_DATA[data])
         return [f"data.roots=[{roots}]", "data.image_size=[48,64]"]
     roots = []
     if not data.startswith("lerobot") or "eva" in data:
