@@ -55,8 +55,12 @@ from torch.utils.data import DataLoader
 
 from polymimic_data import EpisodeDataset, EpisodeReader, collate_samples, resolve_episodes
 from polymimic_data.embodiments import get_embodiment
-from polymimic_data.samples import ShuffledOrder, make_dataloader, tune_worker_allocator
-from polymimic_data.samples.jpeg_decode import off_boundary
+from polymimic_data.samples import (
+    ShuffledOrder,
+    make_dataloader,
+    off_boundary,
+    tune_worker_allocator,
+)
 from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
 
 emit = figure_printer("loader")

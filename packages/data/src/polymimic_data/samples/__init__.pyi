@@ -22,6 +22,7 @@ from .jpeg_decode import MIN_THREADED_PIXELS as MIN_THREADED_PIXELS
 from .jpeg_decode import CameraDecoder as CameraDecoder
 from .jpeg_decode import decode_jpeg as decode_jpeg
 from .jpeg_decode import decode_threads as decode_threads
+from .jpeg_decode import off_boundary as off_boundary
 from .normalization import Normalizer as Normalizer
 from .normalization import NormStats as NormStats
 from .normalization import VectorStats as VectorStats
