@@ -47,6 +47,12 @@ def run_logged(args: list[str], log: Path) -> float:
     return time.perf_counter() - start
 
 
+def logged_seconds(log_path: Path) -> float:
+    """The seconds of every invocation in the JSON list at `log_path` (0 when there is none)."""
+    log = json.loads(log_path.read_text()) if log_path.exists() else []
+    return sum(entry["seconds"] for entry in log)
+
+
 def timed_log(log_path: Path, seconds: float, **fields: Any) -> float:
     """Add one invocation's `seconds` (and `fields`) to the JSON list at `log_path`; the
     seconds of every invocation so far, summed.
@@ -59,7 +65,7 @@ def timed_log(log_path: Path, seconds: float, **fields: Any) -> float:
     log = json.loads(log_path.read_text()) if log_path.exists() else []
     log.append({"seconds": round(seconds, 1), **fields})
     write_json_atomic(log_path, log)
-    return sum(entry["seconds"] for entry in log)
+    return logged_seconds(log_path)
 
 
 def _model_choice(run_dir: Path) -> str | None:
@@ -121,8 +127,7 @@ def train_and_evaluate(
     checkpoint = runs / "checkpoints" / "last.ckpt"
     train_log = runs.parent / f"{runs.name}.train_log.json"  # beside the run: seconds spent
     if finished_run(runs, steps):  # trained before: its seconds as logged then (0 if never)
-        log = json.loads(train_log.read_text()) if train_log.exists() else []
-        train_s = sum(entry["seconds"] for entry in log)
+        train_s = logged_seconds(train_log)
     else:
         started = time.perf_counter()
         try:

@@ -274,3 +274,51 @@ def test_a_batch_read_at_once_meets_faults_as_its_samples_do_one_by_one(
             assert value == one_by_one[key], key
     faults = [(f["key"], f["frame"]) for sample in at_once["data_faults"] for f in sample]
     assert ("images.left_wrist", 3) in faults and any(k == "right.gripper" for k, _ in faults)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_an_episode_dropped_mid_batch_is_not_served_later_in_that_batch(
+    tmp_path: Path, threads: int
+) -> None:
+    """The second bad frame of an episode drops it; the batch's later samples from it are
+    replaced, as they are one by one, even though they were prepared (and their frames
+    decoding, on threads) before the fault was met."""
+    spec = get_embodiment("eva_bimanual")
+    first, _ = (
+        generate_episode(tmp_path / f"eva-{i}.zarr", spec, frames=20, height=240, width=320, seed=i)
+        for i in range(2)
+    )
+    for frame in (3, 6):
+        _set(first, "images.left_wrist", frame, np.array([b"not a jpeg"], dtype=object))
+    episodes = resolve_episodes(tmp_path)
+    indices = [3, 6, 8, 10, 25, 12]  # 8, 10 and 12: the first episode's, after its drop
+    cameras = ("front_1", "left_wrist", "right_wrist")
+
+    def fresh() -> EpisodeDataset:
+        return EpisodeDataset(episodes, embodiment="eva_bimanual", cameras=cameras,
+                              image_size=(16, 20), horizon=4, max_bad_fraction_per_episode=0.05,
+                              decode_threads=threads)  # fmt: skip
+
+    dataset = fresh()
+    at_once = dataset.__getitems__(indices)
+    assert dataset.decoder.threads == threads  # 240x320 frames: on threads where there are
+    one_by_one = fresh()
+    expected = collate_samples([one_by_one[i] for i in indices])
+    got = collate_samples(at_once)
+    for key, value in got.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, expected[key]), key
+        else:
+            assert value == expected[key], key
+    dropped = episodes[0].hash
+    assert [s["episode"] == dropped for s in at_once] == [False] * len(indices)
+    # the two bad frames reported (the second with the drop); the dropped episode's samples
+    # replaced without a report of their own
+    assert [[f["episode_dropped"] for f in s["faults"]] for s in at_once] == [
+        [False],
+        [True],
+        [],
+        [],
+        [],
+        [],
+    ]

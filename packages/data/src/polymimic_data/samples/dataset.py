@@ -280,27 +280,46 @@ class EpisodeDataset(Dataset[Sample]):
             buffers[camera] = buffer
         samples = [first]
         # Each sample prepared in turn, its cameras decoding (on threads where the decoder
-        # has them) while the next is prepared; a sample that meets a fault is made again
-        # as `self[i]` makes it, replacement and all, once the batch's decodes are done.
-        waiting = []
+        # has them) while the next is prepared. Faults are then met in the batch's order, as
+        # `self[i]` one by one meets them: a sample that faulted, or whose episode an earlier
+        # sample's fault dropped, is made again as `self[i]` makes it, replacement and all.
+        prepared = []
         for slot, index in enumerate(indices[1:], 1):
             outs = [buffers[c][slot] for c in self.cameras]
             try:
                 sample, jpegs = self._prepare(index)
             except SampleFault:
-                samples.append(self._sample(index, outs))
+                prepared.append((index, outs, None, None))  # its fault noted below, in turn
                 continue
             wait = self.decoder.start(jpegs, self.image_size, decode_jpeg, outs)
-            waiting.append((slot, index, outs, wait))
-            samples.append(sample)
-        for slot, index, outs, wait in waiting:
-            try:
-                self._attach(samples[slot], wait())
-            except SampleFault:
-                samples[slot] = self._sample(index, outs)
-            else:
-                samples[slot]["faults"] = []
+            prepared.append((index, outs, sample, wait))
+        for index, outs, sample, wait in prepared:
+            images = wait() if wait is not None else None  # its decodes done before a remake
+            samples.append(self._finish(index, outs, sample, images))
         return samples
+
+    def _finish(
+        self,
+        index: int,
+        outs: Sequence[torch.Tensor],
+        sample: Sample | None,
+        images: Sequence[torch.Tensor | Exception] | None,
+    ) -> Sample:
+        """A prepared sample given its images, or made again as `self[i]` makes it.
+
+        Made again when its preparation or a decode failed, or when its episode was dropped
+        since it was prepared (by an earlier sample's fault in the same batch).
+        """
+        episode = self.locate(index)[0]
+        if sample is not None and images is not None and episode not in self._faults.dropped:
+            try:
+                self._attach(sample, images)
+            except SampleFault:
+                pass
+            else:
+                sample["faults"] = []
+                return sample
+        return self._sample(index, outs)
 
     def _sample(self, index: int, outs: Sequence[torch.Tensor] | None = None) -> Sample:
         faults: list[DataFault] = []
