@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,28 @@ def test_dropped_batches_buffers_are_used_again(eva_root: Path, recycle: bool) -
         # when this one began (dropped with it; freed as the next pass begins). Not 8 passes'.
         handed_out = int(loader.buffer_flags.sum())  # type: ignore[attr-defined]
         assert handed_out <= (2 * 2 * 2 + 1) * len(CAMERAS)
+
+
+def test_a_recycled_buffer_arrives_mapped_so_its_pages_do_not_fault_again(eva_root: Path) -> None:
+    """The training process keeps each slot's mapping: reading a recycled batch's images
+    faults no page in (a new mapping of the same memory would fault them all again)."""
+    dataset = EpisodeDataset(resolve_episodes(eva_root), embodiment="eva_bimanual",
+                             cameras=CAMERAS, image_size=(96, 128), horizon=4)  # fmt: skip
+    loader = make_dataloader(dataset, batch_size=8, shuffle=True, num_workers=2,
+                             prefetch_factor=2, recycle_buffers=True, pin_memory=False)  # fmt: skip
+    pages = faults = 0
+    for epoch in range(4):  # the first maps each slot once
+        for batch in loader:
+            images = [batch[f"images.{camera}"] for camera in CAMERAS]
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            for image in images:
+                image.amax()  # reads every page
+            if epoch:
+                faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+                pages += sum(image.numel() for image in images) // 4096
+            del batch, images
+    # a new mapping's first read faults each 16 pages at least (the kernel's fault-around)
+    assert pages >= 1000 and faults < pages / 64, (faults, pages)
 
 
 def test_a_held_batch_is_never_written_over(eva_root: Path) -> None:
