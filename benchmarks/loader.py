@@ -820,6 +820,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--skip-resolve", action="store_true")
     parser.add_argument(
+        "--layout",
+        action="append",
+        choices=("polymimic", "egoverse"),
+        help="generated episodes of this layout only (repeatable; default both)",
+    )
+    parser.add_argument(
         "--episodes",
         type=int,
         help="the figures at scale, on this many small episodes generated once (see above)",
@@ -857,7 +863,7 @@ def main() -> None:
                     width=640,
                     layout=layout,
                 )
-                for layout in ("polymimic", "egoverse")
+                for layout in args.layout or ("polymimic", "egoverse")
             }
         else:
             roots = {"given": args.root}
