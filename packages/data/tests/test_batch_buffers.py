@@ -167,3 +167,48 @@ def test_a_batch_copied_out_of_its_buffer_frees_it_at_once() -> None:
     gc.collect()
     returns.collect()
     assert flags[0, 0] == FREE
+
+
+def test_a_storage_object_alone_keeps_its_slot_held() -> None:
+    """Whoever keeps a batch image's storage object (not a tensor) keeps its memory too."""
+    flags = new_flags(1)
+    returns = BufferReturns(flags)
+    image = torch.zeros(64 + 32, dtype=torch.uint8).share_memory_()[16 : 16 + 64]
+    flags[0, 0] = HANDED_OUT  # by the worker's pool
+    returns.receive({"images.x": image, SLOTS_KEY: [("images.x", 0, 0)]})
+    kept = image.untyped_storage()
+    del image
+    gc.collect()
+    returns.collect()
+    assert flags[0, 0] == HANDED_OUT
+    del kept
+    returns.collect()
+    assert flags[0, 0] == FREE
+
+
+def _shared_mappings() -> int:
+    """This process's mappings of torch's shared memory files larger than a page (batch
+    buffers; not the loader's flags)."""
+    count = 0
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        start, end = (int(a, 16) for a in line.split()[0].split("-"))
+        count += "torch_" in line and end - start > 4096
+    return count
+
+
+def test_the_mappings_kept_go_with_their_workers(eva_root: Path) -> None:
+    """Once a loader's workers are shut down (as Lightning's
+    _shutdown_workers_and_reset_iterator does at the end of a fit), the training process
+    maps none of their buffers, though the loader itself lives on."""
+    before = _shared_mappings()
+    loader = make_dataloader(_dataset(eva_root), batch_size=4, shuffle=True, num_workers=2,
+                             prefetch_factor=2, recycle_buffers=True,
+                             pin_memory=False)  # fmt: skip
+    for batch in loader:  # a whole pass: the persistent workers wait for the next
+        del batch
+    gc.collect()
+    assert _shared_mappings() > before  # kept for the next pass
+    loader._iterator._shutdown_workers()  # type: ignore[attr-defined]
+    loader._iterator = None
+    gc.collect()
+    assert _shared_mappings() == before

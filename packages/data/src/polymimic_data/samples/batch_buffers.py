@@ -32,6 +32,7 @@ page, so every slot and row of a frame whose rows are a multiple of 32 bytes (12
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 from typing import Any
 
@@ -161,6 +162,16 @@ def hand_out(buffer: torch.Tensor, key: str, batch: dict[str, Any]) -> None:
         batch.setdefault(SLOTS_KEY, []).append((key, _POOL.worker, slot))
 
 
+def _python_references(mapping: dict[Any, Any], key: Any) -> int:
+    """The references to `mapping[key]`, counted the same way for every object."""
+    value = mapping[key]
+    return sys.getrefcount(value)
+
+
+# what _python_references counts for a value only its mapping holds (this interpreter's)
+_UNHELD_REFERENCES = _python_references({0: object()}, 0)
+
+
 class BufferReturns:
     """The training process's side of the pools: frees a slot once its batch is gone.
 
@@ -173,11 +184,13 @@ class BufferReturns:
     more passes' worth.)
 
     It keeps each slot's storage (its mapping of the worker's shared memory) between the
-    batches that use it: torch's receiving side finds a storage still alive in its cache
-    and reuses it, so a recycled buffer arrives without a new mapping whose every page
-    would fault again at first touch (12 ms a batch of 32 at 480x640 on bench-data's
-    machine). A slot is then free when its storage's use count is 1, this object's own
-    reference: a tensor anywhere in this process holds one of its own.
+    batches that use it, while its workers live: torch's receiving side finds a storage
+    still alive in its cache and reuses it, so a recycled buffer arrives without a new
+    mapping whose every page would fault again at first touch (10-12 ms a batch of 32 at
+    480x640 on bench-data's machine). A slot is then free when nothing but this object
+    holds its storage: its use count is 1 (every tensor over it, and so every array or
+    view of one, holds one of its own) and no one else holds the storage object itself
+    (torch keeps one Python object per storage: a user's is this one).
     """
 
     def __init__(self, flags: torch.Tensor) -> None:
@@ -198,14 +211,29 @@ class BufferReturns:
                 self.held.append((StorageWeakRef(storage), worker, slot))
 
     def collect(self) -> None:
-        """Free the slots whose memory no tensor of this process holds any more."""
+        """Free the slots whose memory nothing in this process holds any more."""
         kept = []
         for ref, worker, slot in self.held:
-            if ref.expired() or torch._C._storage_Use_Count(ref.cdata) <= 1:
+            if ref.expired() or self._only_mapped(ref, (worker, slot)):
                 self.flags[worker, slot] = FREE
             else:
                 kept.append((ref, worker, slot))
         self.held = kept
+
+    def _only_mapped(self, ref: StorageWeakRef, key: tuple[int, int]) -> bool:
+        """Whether `mapped[key]`, `ref`'s storage, is all that holds it."""
+        storage = self.mapped.get(key)
+        if storage is None or storage._cdata != ref.cdata:  # the slot remade since
+            return False
+        del storage  # not counted as a holder below
+        return (
+            torch._C._storage_Use_Count(ref.cdata) <= 1
+            and _python_references(self.mapped, key) <= _UNHELD_REFERENCES
+        )
+
+    def release_mappings(self) -> None:
+        """Let go of the storages kept (their workers are gone): each unmapped once free."""
+        self.mapped.clear()
 
     def reclaim(self) -> None:
         """Every slot free but those of batches handed out and still held."""

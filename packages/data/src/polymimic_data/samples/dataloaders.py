@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence, Sized
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
@@ -312,7 +313,10 @@ def _recycling_dataloader() -> type[StatefulDataLoader]:
             if isinstance(setup, _WorkerSetup) and self.num_workers > 0:
                 self.buffer_flags = setup.buffer_flags = new_flags(self.num_workers)
                 self.buffer_returns = BufferReturns(self.buffer_flags)
-            return super()._get_iterator()
+            workers = super()._get_iterator()
+            if self.buffer_returns is not None:  # their storages unmapped with them (when free)
+                weakref.finalize(workers, self.buffer_returns.release_mappings)
+            return workers
 
         def __iter__(self) -> Any:
             resets = (
