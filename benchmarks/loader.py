@@ -650,10 +650,12 @@ def scale_figures(root: Path, samples: int, batches: int, rounds: int = 5) -> No
 
     Each round builds fresh datasets (an empty episode cache, as a worker starting the
     pass), one with the numeric pack and one without, and takes the worker's samples in
-    order; the floor decodes the same samples' JPEGs, read beforehand; `all_cached` takes
-    them from a dataset that has every episode open already (what no episode cache can
-    beat). The four are interleaved a hundred samples at a time, so that other work on the
-    machine weighs on them alike, and each hundred counts with its best of `rounds`.
+    order, one by one; `batch_at_once` takes them as a loader worker does, a batch at once
+    (with the pack); the floor decodes the same samples' JPEGs, read beforehand;
+    `all_cached` takes them from a dataset that has every episode open already (what no
+    episode cache can beat). The five are interleaved three batches (96 samples) at a
+    time, so that other work on the machine weighs on them alike, and each such chunk
+    counts with its best of `rounds`.
     """
     tune_worker_allocator()
     template = root_dataset(root)
@@ -700,23 +702,26 @@ def scale_figures(root: Path, samples: int, batches: int, rounds: int = 5) -> No
         warm = fresh(cache_episodes=len(template.episodes))
         for i in indices:
             warm[i]
-        chunks = range(0, len(indices), 100)
-        times = np.zeros((rounds, len(chunks), 4))
+        chunks = range(0, len(indices), 96)  # three of the worker's batches
+        times = np.zeros((rounds, len(chunks), 5))
         opened = 0
         for r in range(rounds):
-            dataset, unpacked = fresh(pack=True), fresh()
+            dataset, unpacked, batched = fresh(pack=True), fresh(), fresh(pack=True)
             for c, k in enumerate(chunks):
-                chunk = indices[k : k + 100]
+                chunk = indices[k : k + 96]
                 times[r, c] = [
                     timed(dataset.__getitem__, chunk),
-                    timed(decode, jpegs[k : k + 100]),
+                    timed(decode, jpegs[k : k + 96]),
                     timed(warm.__getitem__, chunk),
                     timed(unpacked.__getitem__, chunk),
-                ]
+                    # as the worker reads them: a batch at once (EpisodeDataset.__getitems__)
+                    timed(batched.__getitems__, [chunk[b : b + SCALE_BATCH]
+                                                 for b in range(0, len(chunk), SCALE_BATCH)]),
+                ]  # fmt: skip
             opened = dataset.episodes_opened
         # each chunk's best round: a chunk another process preempted does not count
         best = times.min(axis=0).sum(axis=0) / len(indices) * 1e3
-        best_ours, best_floor, best_cached, best_unpacked = best.tolist()
+        best_ours, best_floor, best_cached, best_unpacked, best_batched = best.tolist()
         del warm
         where = {"order": order, "episodes": len(template.episodes)}
         emit(
@@ -735,6 +740,8 @@ def scale_figures(root: Path, samples: int, batches: int, rounds: int = 5) -> No
         goal = {"goal": "<= 1.3"} if per_block else {}  # uniform: as low as opens allow
         emit("ms_per_sample_over_floor", best_ours / best_floor, "ratio", **where, **goal)
         emit("unpacked_ms_per_sample_over_floor", best_unpacked / best_floor, "ratio", **where)
+        emit("batch_at_once_ms_per_sample_over_floor", best_batched / best_floor, "ratio",
+             **where, read=f"batches of {SCALE_BATCH}, as a loader worker reads")  # fmt: skip
         emit("episode_opens_per_sample", opened / len(indices), "ratio", **where)
         emit("all_cached_ms_per_sample_over_floor", best_cached / best_floor, "ratio", **where)
     scale_dataloader_figures(template, batches, rounds=3)
