@@ -702,16 +702,17 @@ def scale_figures(root: Path, samples: int, batches: int, rounds: int = 5) -> No
         warm = fresh(cache_episodes=len(template.episodes))
         for i in indices:
             warm[i]
-        chunks = range(0, len(indices), 96)  # three of the worker's batches
+        per_chunk = 3 * SCALE_BATCH  # three of the worker's batches
+        chunks = range(0, len(indices), per_chunk)
         times = np.zeros((rounds, len(chunks), 5))
         opened = 0
         for r in range(rounds):
             dataset, unpacked, batched = fresh(pack=True), fresh(), fresh(pack=True)
             for c, k in enumerate(chunks):
-                chunk = indices[k : k + 96]
+                chunk = indices[k : k + per_chunk]
                 times[r, c] = [
                     timed(dataset.__getitem__, chunk),
-                    timed(decode, jpegs[k : k + 96]),
+                    timed(decode, jpegs[k : k + per_chunk]),
                     timed(warm.__getitem__, chunk),
                     timed(unpacked.__getitem__, chunk),
                     # as the worker reads them: a batch at once (EpisodeDataset.__getitems__)

@@ -310,8 +310,12 @@ class EpisodeDataset(Dataset[Sample]):
         Made again when its preparation or a decode failed, or when its episode was dropped
         since it was prepared (by an earlier sample's fault in the same batch).
         """
-        episode = self.locate(index)[0]
-        if sample is not None and images is not None and episode not in self._faults.dropped:
+        dropped = self._faults.dropped  # mostly empty: no lookup of the sample's episode
+        if (
+            sample is not None
+            and images is not None
+            and not (dropped and self.locate(index)[0] in dropped)
+        ):
             try:
                 self._attach(sample, images)
             except SampleFault:
