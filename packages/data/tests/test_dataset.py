@@ -173,6 +173,28 @@ def test_a_batch_read_at_once_is_the_samples_read_one_by_one(
     assert dataset(EpisodeDataset).__getitems__([]) == []
 
 
+@pytest.mark.parametrize("image_size", [None, (24, 30)], ids=["native", "resized"])
+def test_every_sample_of_a_batch_read_at_once_decodes_straight_into_its_slot(
+    eva_root: Path, image_size: tuple | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first sample too: it was once decoded apart and copied in, which at 128x160 cost
+    as much as its decode (a copy torch spread over threads on a busy machine)."""
+    dataset = EpisodeDataset(resolve_episodes(eva_root), embodiment="eva_bimanual",
+                             cameras=CAMERAS, image_size=image_size, horizon=4)  # fmt: skip
+    given: list = []
+    start = dataset.decoder.start
+
+    def spy(jpegs, size, decode, outs=None, **kwargs):
+        given.append(None if outs is None else [out.data_ptr() for out in outs])
+        return start(jpegs, size, decode, outs, **kwargs)
+
+    monkeypatch.setattr(dataset.decoder, "start", spy)
+    samples = dataset.__getitems__([5, 70, 3, 140])
+    slots = [[s[f"images.{c}"].data_ptr() for c in CAMERAS] for s in samples]
+    assert given == slots  # one decode a sample, each into the slot its image is
+    assert len({ptr for ptrs in slots for ptr in ptrs}) == len(CAMERAS) * len(samples)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_loader_gives_the_same_batches_reading_a_batch_at_once(
     eva_root: Path, workers: int

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ from polymimic_data.samples.faults import (
     SampleFault,
     read_fault,
 )
-from polymimic_data.samples.jpeg_decode import CameraDecoder, decode_jpeg
+from polymimic_data.samples.jpeg_decode import CameraDecoder, decode_jpeg, decoded_size
 from polymimic_data.samples.numeric_pack import NumericPack
 from polymimic_data.samples.windows import WindowSampler, assemble, frames_of, prompt_at
 
@@ -270,33 +270,57 @@ class EpisodeDataset(Dataset[Sample]):
             return [self[i] for i in indices]
         if not indices:
             return []
-        first = self._sample(indices[0])  # its images' size is the batch's
-        buffers = {}
-        for camera in self.cameras:
-            image = first[f"images.{camera}"]  # (3, H, W)
-            buffer = batch_buffer((len(indices), *image.shape[1:], image.shape[0]))
-            buffer[0].copy_(image.permute(1, 2, 0))
-            first[f"images.{camera}"] = buffer[0].permute(2, 0, 1)
-            buffers[camera] = buffer
-        samples = [first]
+        # The buffers are the size the first sample's images decode to, read from its JPEGs'
+        # headers, so that it decodes into its slot as the others do; where it faults, its
+        # stand-in is made first (its size the batch's) and copied into slot 0.
+        samples: list[Sample] = []
+        prepared: list[tuple[int, list[torch.Tensor], Sample | None, Callable | None]] = []
+        first = self._prepared_or_none(indices[0])
+        sizes = self._decoded_sizes(first[1]) if first is not None else None
+        if first is None or sizes is None:
+            samples.append(self._sample(indices[0]))
+            images = [samples[0][f"images.{camera}"] for camera in self.cameras]  # (3, H, W)
+            buffers = self._batch_buffers(len(indices), [image.shape[1:] for image in images])
+            for camera, image, buffer in zip(self.cameras, images, buffers, strict=True):
+                buffer[0].copy_(image.permute(1, 2, 0))
+                samples[0][f"images.{camera}"] = buffer[0].permute(2, 0, 1)
+        else:
+            buffers = self._batch_buffers(len(indices), sizes)
+            outs = [buffer[0] for buffer in buffers]
+            wait = self.decoder.start(first[1], self.image_size, decode_jpeg, outs)
+            prepared.append((indices[0], outs, first[0], wait))
         # Each sample prepared in turn, its cameras decoding (on threads where the decoder
         # has them) while the next is prepared. Faults are then met in the batch's order, as
         # `self[i]` one by one meets them: a sample that faulted, or whose episode an earlier
         # sample's fault dropped, is made again as `self[i]` makes it, replacement and all.
-        prepared = []
         for slot, index in enumerate(indices[1:], 1):
-            outs = [buffers[c][slot] for c in self.cameras]
-            try:
-                sample, jpegs = self._prepare(index)
-            except SampleFault:
+            outs = [buffer[slot] for buffer in buffers]
+            ready = self._prepared_or_none(index)
+            if ready is None:
                 prepared.append((index, outs, None, None))  # its fault noted below, in turn
                 continue
-            wait = self.decoder.start(jpegs, self.image_size, decode_jpeg, outs)
-            prepared.append((index, outs, sample, wait))
+            wait = self.decoder.start(ready[1], self.image_size, decode_jpeg, outs)
+            prepared.append((index, outs, ready[0], wait))
         for index, outs, sample, wait in prepared:
             images = wait() if wait is not None else None  # its decodes done before a remake
             samples.append(self._finish(index, outs, sample, images))
         return samples
+
+    def _prepared_or_none(self, index: int) -> tuple[Sample, list[bytes]] | None:
+        """`_prepare(index)`, or None where it faults (its fault is met when it is remade)."""
+        try:
+            return self._prepare(index)
+        except SampleFault:
+            return None
+
+    def _decoded_sizes(self, jpegs: Sequence[bytes]) -> list[tuple[int, int]] | None:
+        """The (H, W) each JPEG decodes to; None where a header cannot be read."""
+        sizes = [size for jpeg in jpegs if (size := decoded_size(jpeg, self.image_size))]
+        return sizes if len(sizes) == len(jpegs) else None
+
+    def _batch_buffers(self, batch: int, sizes: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """A (batch, H, W, 3) buffer per camera, its (H, W) from `sizes`."""
+        return [batch_buffer((batch, int(h), int(w), 3)) for h, w in sizes]
 
     def _finish(
         self,

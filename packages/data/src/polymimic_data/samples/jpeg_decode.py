@@ -201,8 +201,13 @@ class CameraDecoder:
         """
         into = list(outs) if outs is not None else [None] * len(jpegs)
         pool = self._executor()
-        small = not jpegs or max(map(_pixels, jpegs)) < MIN_THREADED_PIXELS
-        if pool is None or small or (alone and len(jpegs) < 2):
+        # (in that order: the frames' headers are parsed only where there are threads to use)
+        if (
+            pool is None
+            or (alone and len(jpegs) < 2)
+            or not jpegs
+            or max(map(_pixels, jpegs)) < MIN_THREADED_PIXELS
+        ):
             done = [
                 _decode_one(decode, data, size, out) for data, out in zip(jpegs, into, strict=True)
             ]
@@ -223,6 +228,20 @@ def _decode_one(
         return decode(data, size) if out is None else decode(data, size, out)
     except Exception as exc:
         return exc
+
+
+def decoded_size(data: bytes, size: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The (H, W) decode_jpeg makes of `data`: `size` where given, else the JPEG's own.
+
+    None where its header cannot be read (its decode reports why).
+    """
+    if size is not None:
+        return size
+    try:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    except Exception:
+        return None
+    return int(height), int(width)
 
 
 def _pixels(data: bytes) -> int:
