@@ -244,17 +244,23 @@ def test_batches_carry_faults_and_the_ledger_summarises_each_epoch(tmp_path: Pat
 
 
 @pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("image_size", [(16, 20), None], ids=["sized", "native"])
+@pytest.mark.parametrize("corrupt", ["not a jpeg", "cut short"])
 def test_a_batch_read_at_once_meets_faults_as_its_samples_do_one_by_one(
-    tmp_path: Path, threads: int
+    tmp_path: Path, threads: int, image_size: tuple | None, corrupt: str
 ) -> None:
     """A corrupt frame of one camera and an episode missing a key, in a batch read at once
-    (EpisodeDataset.__getitems__): the same stand-ins, images and faults as one by one."""
+    (EpisodeDataset.__getitems__): the same stand-ins, images and faults as one by one.
+
+    The corrupt frame is the batch's first, whose JPEG headers size its buffers: unreadable
+    ("not a jpeg", at the native size: its stand-in sets the size) or readable with the
+    data cut short (it decodes into its slot, fails, and is remade there)."""
     first, _, third = _episodes(tmp_path, "eva_bimanual", count=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        zarr.open_array(first / "images.left_wrist", mode="r+")[3:4] = np.array(
-            [b"not a jpeg"], dtype=object
-        )
+        frames = zarr.open_array(first / "images.left_wrist", mode="r+")
+        bad = b"not a jpeg" if corrupt == "not a jpeg" else bytes(frames[3])[:-30]
+        frames[3:4] = np.array([bad], dtype=object)
     episodes = resolve_episodes(tmp_path)
     shutil.rmtree(third / "right.gripper")  # after the index: met at the episode's open
     cameras = ("front_1", "left_wrist", "right_wrist")
@@ -262,7 +268,7 @@ def test_a_batch_read_at_once_meets_faults_as_its_samples_do_one_by_one(
 
     def fresh() -> EpisodeDataset:
         return EpisodeDataset(episodes, embodiment="eva_bimanual", cameras=cameras,
-                              image_size=(16, 20), horizon=4, decode_threads=threads)  # fmt: skip
+                              image_size=image_size, horizon=4, decode_threads=threads)  # fmt: skip
 
     at_once = collate_samples(fresh().__getitems__(indices))
     dataset = fresh()

@@ -270,9 +270,10 @@ class EpisodeDataset(Dataset[Sample]):
             return [self[i] for i in indices]
         if not indices:
             return []
-        # The buffers are the size the first sample's images decode to, read from its JPEGs'
-        # headers, so that it decodes into its slot as the others do; where it faults, its
-        # stand-in is made first (its size the batch's) and copied into slot 0.
+        # The buffers are the size the first sample's images decode to (image_size, or its
+        # JPEGs' headers), so that it decodes into its slot as the others do. Where its
+        # reading faults or a header is unreadable, its stand-in is made first (its size
+        # the batch's) and copied into slot 0; a failed decode is remade in its slot.
         samples: list[Sample] = []
         prepared: list[tuple[int, list[torch.Tensor], Sample | None, Callable | None]] = []
         first = self._prepared_or_none(indices[0])
@@ -314,7 +315,7 @@ class EpisodeDataset(Dataset[Sample]):
             return None
 
     def _decoded_sizes(self, jpegs: Sequence[bytes]) -> list[tuple[int, int]] | None:
-        """The (H, W) each JPEG decodes to; None where a header cannot be read."""
+        """The (H, W) each JPEG decodes to; None where a header it needs cannot be read."""
         sizes = [size for jpeg in jpegs if (size := decoded_size(jpeg, self.image_size))]
         return sizes if len(sizes) == len(jpegs) else None
 
