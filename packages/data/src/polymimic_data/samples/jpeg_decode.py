@@ -246,8 +246,5 @@ def decoded_size(data: bytes, size: tuple[int, int] | None) -> tuple[int, int] |
 
 def _pixels(data: bytes) -> int:
     """A JPEG's stored height x width, from its header (0 when it has none)."""
-    try:
-        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-    except Exception:  # a bad JPEG: its decode reports it
-        return 0
-    return int(height) * int(width)
+    stored = decoded_size(data, None)  # None for a bad JPEG: its decode reports it
+    return stored[0] * stored[1] if stored is not None else 0
