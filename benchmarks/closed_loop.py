@@ -30,12 +30,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from cells import timed_log, train_and_evaluate
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from headline import RESULTS, add_results_arguments, save
+from omegaconf import OmegaConf
 
 from polymimic_sim import record
 
@@ -51,7 +53,6 @@ class Headline:
     episodes: int  # of each task, for a suite
     anchor: str  # what the field reports on it
     overrides: tuple[str, ...] = ()
-    cameras: tuple[str, ...] | None = None  # recorded; None: the task's own
 
 
 HEADLINES = {
@@ -66,12 +67,19 @@ HEADLINES = {
     "mt10": Headline(
         "metaworld/mt10", "sim_metaworld_mt10", 50, 6000, 20,
         "MT50: SmolVLA 68%, pi0 ~50%, Diffusion Policy ~10%",
-        # LeRobot's MetaWorld (SmolVLA's figure) moves corner2 to where corner4 is, nearer
-        # the table: reach's goal 4-7 pixels at 96x128 instead of 2-4; alone (50 demos, 2,000
-        # steps, seeds 1000-1099), reach 37/100 there instead of 18/100
-        ("data.datasets.metaworld.cameras=[corner4]",), cameras=("corner4",),
     ),
 }  # fmt: skip
+
+
+def trained_cameras(data: str) -> tuple[str, ...] | None:
+    """The cameras data config `data` trains on, which its demonstrations must hold.
+
+    Read from the config itself (one place for a headline's view: e.g. mt10's narrowed
+    corner4); None when it has several datasets (each task records its own cameras).
+    """
+    config = OmegaConf.load(files("polymimic_train.configs") / "data" / f"{data}.yaml")
+    datasets = list(config.datasets.values())
+    return tuple(datasets[0].cameras) if len(datasets) == 1 else None
 
 
 def record_resumed(
@@ -118,7 +126,8 @@ def main() -> None:
     work = opts.workdir.resolve() / opts.headline
 
     demos_dir = work / "demos"
-    report, record_s = record_resumed(spec.task, demos_dir, demos, opts.workers, spec.cameras)
+    cameras = trained_cameras(spec.data)
+    report, record_s = record_resumed(spec.task, demos_dir, demos, opts.workers, cameras)
     recorded = len(report.written) + len(report.kept)  # the expert's failures are not written
     if opts.record_only:
         print(f"{spec.task}: {recorded} demonstrations under {demos_dir} "

@@ -146,8 +146,12 @@ def _pairs() -> list:
 
 
 @cache
-def _recorded(task: str, size: tuple[int, int] = (48, 64)) -> Path:
-    """Scripted demonstrations recorded once per test process, removed when it exits."""
+def _recorded(task: str) -> Path:
+    """Scripted demonstrations recorded once per test process, removed when it exits.
+
+    Recorded with every camera that a data config training on them reads (the embodiment
+    they declare is registered once per process, cameras and all, for every config).
+    """
     import atexit
     import shutil
     from tempfile import mkdtemp
@@ -157,8 +161,16 @@ def _recorded(task: str, size: tuple[int, int] = (48, 64)) -> Path:
     root = Path(mkdtemp(prefix="polymimic-matrix-sim-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     dest = root / task.replace("/", "_")
-    record(task, dest, episodes=2, image_size=size, progress=False)
+    cameras = {c: None for d, tasks in SIM_DATA.items() if task in tasks for c in _cameras_read(d)}
+    record(task, dest, episodes=2, image_size=(48, 64), cameras=list(cameras) or None,
+           progress=False)  # fmt: skip
     return dest
+
+
+def _cameras_read(data: str) -> list[str]:
+    """The cameras a one-dataset data config trains on (none for several: each task's own)."""
+    datasets = _compose(f"data={data}", "name=count").data.datasets
+    return list(next(iter(datasets.values())).cameras) if len(datasets) == 1 else []
 
 
 SIM_DATA = {  # data config -> the tasks its demonstrations come from (mt10: one of its tasks)

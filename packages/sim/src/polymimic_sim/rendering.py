@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -94,11 +95,53 @@ def make_rendering_cheap(model: Any) -> None:
     model.light_castshadow[:] = 0
 
 
+_NARROWED = re.compile(r"(?P<base>.+)_fov(?P<fovy>[0-9]+(?:\.[0-9]+)?)")
+
+
+def camera_view(model: Any, camera: str) -> tuple[str, float | None]:
+    """The model camera a camera name draws from, and the vertical field of view it asks for.
+
+    A camera of the model is itself (None: its own field of view). `<camera>_fov<degrees>`,
+    e.g. `corner4_fov40`, is that model camera narrowed to `degrees`: a zoom about its axis,
+    the same pose, more pixels on what is in the middle of its view. The name says it all,
+    so a checkpoint's camera list is enough to render its view again. ValueError for a
+    name that is neither, or a field of view outside (0, 180) degrees.
+    """
+    known = [model.camera(i).name for i in range(model.ncam)]
+    if camera in known:
+        return camera, None
+    narrowed = _NARROWED.fullmatch(camera)
+    if narrowed is None or narrowed["base"] not in known:
+        raise ValueError(
+            f"camera {camera!r}: not one of the model's cameras {known}, "
+            "nor one of them narrowed as <camera>_fov<degrees>"
+        )
+    fovy = float(narrowed["fovy"])
+    if not 0 < fovy < 180:
+        raise ValueError(f"camera {camera!r}: a field of view in (0, 180) degrees, got {fovy}")
+    return narrowed["base"], fovy
+
+
 def render_cameras(renderer: Any, data: Any, cameras: Sequence[str]) -> dict[str, np.ndarray]:
-    """One uint8 (H, W, 3) frame per camera of MuJoCo `data`, from one `mujoco.Renderer`."""
+    """One uint8 (H, W, 3) frame per camera of MuJoCo `data`, from one `mujoco.Renderer`.
+
+    A narrowed camera (camera_view) is drawn with its field of view set on the model for
+    that one scene, then set back.
+    """
+    model = renderer.model
     frames = {}
     for camera in cameras:
-        renderer.update_scene(data, camera=camera)
+        base, fovy = camera_view(model, camera)
+        if fovy is None:
+            renderer.update_scene(data, camera=camera)
+        else:
+            index = model.camera(base).id
+            own = float(model.cam_fovy[index])
+            model.cam_fovy[index] = fovy
+            try:
+                renderer.update_scene(data, camera=base)
+            finally:
+                model.cam_fovy[index] = own
         frames[camera] = renderer.render().copy()
     return frames
 
@@ -108,15 +151,17 @@ def camera_renderer(
 ) -> Any:
     """A `mujoco.Renderer` at `image_size` (H, W) for `cameras` of `model`, checked by name.
 
-    `cheap`: no shadows, no multisampling (make_rendering_cheap), set on the model first.
+    A camera is one of the model's, or one narrowed (camera_view). `cheap`: no shadows, no
+    multisampling (make_rendering_cheap), set on the model first.
     """
     import mujoco
 
     if cheap:
         make_rendering_cheap(model)
-    known = [model.camera(i).name for i in range(model.ncam)]
-    unknown = [c for c in cameras if c not in known]
-    if unknown:
-        raise ValueError(f"cameras: {unknown} are not cameras of {task}; it has {known}")
+    for camera in cameras:
+        try:
+            camera_view(model, camera)
+        except ValueError as exc:
+            raise ValueError(f"cameras of {task}: {exc}") from None
     height, width = (int(v) for v in image_size)
     return mujoco.Renderer(model, height, width)

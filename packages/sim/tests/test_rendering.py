@@ -1,0 +1,57 @@
+"""Cameras: a model camera narrowed by name (`corner4_fov40`) is a zoom about its axis."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from polymimic_sim import make_task
+from polymimic_sim.metaworld_tasks import MetaWorldTask
+
+TASK, SIZE = "metaworld/reach-v3", (96, 128)
+
+
+def _middle_enlarged(frame: np.ndarray, zoom: float) -> np.ndarray:
+    """The middle 1/zoom of `frame`, resized back to the frame's size."""
+    height, width = frame.shape[:2]
+    h, w = height / zoom, width / zoom
+    box = ((width - w) / 2, (height - h) / 2, (width + w) / 2, (height + h) / 2)
+    return np.asarray(
+        Image.fromarray(frame).resize((width, height), Image.Resampling.BILINEAR, box=box)
+    )
+
+
+def test_a_narrowed_camera_is_the_middle_of_its_own_view_enlarged_and_leaves_it_as_it_was():
+    task = MetaWorldTask("reach-v3", image_size=SIZE, cameras=["corner4", "corner4_fov40"])
+    try:
+        task.reset(1000)
+        model = task.sim.model
+        own = float(model.cam_fovy[model.camera("corner4").id])
+        first, again = task.render(), task.render()
+        after = float(model.cam_fovy[model.camera("corner4").id])
+    finally:
+        task.close()
+    assert own == after == 60.0  # MetaWorld's corner4, set back after each narrowed scene
+    np.testing.assert_array_equal(first["corner4"], again["corner4"])
+    base, narrowed = first["corner4"].astype(float), first["corner4_fov40"].astype(float)
+    zoom = math.tan(math.radians(30)) / math.tan(math.radians(20))
+    middle = np.abs(_middle_enlarged(first["corner4"], zoom) - narrowed).mean()
+    whole = np.abs(base - narrowed).mean()
+    wrong_zoom = np.abs(_middle_enlarged(first["corner4"], 1.2) - narrowed).mean()
+    assert middle < 0.5 * whole and middle < 0.7 * wrong_zoom, (middle, whole, wrong_zoom)
+
+
+@pytest.mark.parametrize(
+    ("camera", "message"),
+    [
+        ("corner9_fov40", r"'corner9_fov40': not one of the model's cameras \[.*'corner4'"),
+        ("corner4_fov180", r"'corner4_fov180': a field of view in \(0, 180\) degrees, got 180"),
+        ("corner4_zoom", r"nor one of them narrowed as <camera>_fov<degrees>"),
+    ],
+)
+def test_a_camera_that_is_neither_the_models_nor_one_narrowed_is_refused(camera, message):
+    with pytest.raises(ValueError, match=message):
+        make_task(TASK, image_size=SIZE, cameras=[camera])
