@@ -30,14 +30,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from cells import timed_log, train_and_evaluate
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from headline import RESULTS, add_results_arguments, save
-from omegaconf import OmegaConf
+from hydra import compose, initialize_config_module
 
 from polymimic_sim import record
 
@@ -71,15 +70,19 @@ HEADLINES = {
 }  # fmt: skip
 
 
-def trained_cameras(data: str) -> tuple[str, ...] | None:
-    """The cameras data config `data` trains on, which its demonstrations must hold.
+def trained_cameras(data: str, overrides: list[str]) -> tuple[str, ...] | None:
+    """The cameras data config `data` trains on with `overrides`: its demonstrations' cameras.
 
-    Read from the config itself (one place for a headline's view: e.g. mt10's narrowed
-    corner4); None when it has several datasets (each task records its own cameras).
+    Read from the config as the training run composes it (one place for a headline's view:
+    e.g. mt10's narrowed corner4, or `--train-args` naming another). None where the task's
+    own will do: several datasets (each task records its own), or `cameras: auto`.
     """
-    config = OmegaConf.load(files("polymimic_train.configs") / "data" / f"{data}.yaml")
-    datasets = list(config.datasets.values())
-    return tuple(datasets[0].cameras) if len(datasets) == 1 else None
+    with initialize_config_module("polymimic_train.configs", version_base="1.3"):
+        config = compose("train", overrides=[f"data={data}", *overrides])
+    datasets = list(config.data.datasets.values())
+    if len(datasets) != 1 or isinstance(datasets[0].get("cameras"), str):
+        return None
+    return tuple(datasets[0].cameras)
 
 
 def record_resumed(
@@ -126,7 +129,7 @@ def main() -> None:
     work = opts.workdir.resolve() / opts.headline
 
     demos_dir = work / "demos"
-    cameras = trained_cameras(spec.data)
+    cameras = trained_cameras(spec.data, [*spec.overrides, *opts.train_args])
     report, record_s = record_resumed(spec.task, demos_dir, demos, opts.workers, cameras)
     recorded = len(report.written) + len(report.kept)  # the expert's failures are not written
     if opts.record_only:

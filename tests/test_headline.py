@@ -161,9 +161,7 @@ def test_a_headline_row_names_its_model_anchor_and_a_suites_lowest_task(
         headline.closed_loop_table(headline.load(tmp_path))
 
 
-def test_a_resumed_recording_counts_the_time_of_every_run_that_recorded(tmp_path: Path) -> None:
-    """closed_loop.py's record_s: an interrupted recording resumed (or one made ahead of the
-    training) is the time of both runs, not of the one that found it nearly done."""
+def _closed_loop() -> ModuleType:
     sys.path.insert(0, str(BENCHMARKS))
     try:
         spec = importlib.util.spec_from_file_location("closed_loop_bench",
@@ -174,6 +172,21 @@ def test_a_resumed_recording_counts_the_time_of_every_run_that_recorded(tmp_path
     finally:
         sys.path.remove(str(BENCHMARKS))
         sys.modules.pop("closed_loop_bench", None)
+    return closed_loop
+
+
+def test_a_headline_records_the_cameras_its_training_run_reads() -> None:
+    trained_cameras = _closed_loop().trained_cameras
+    assert trained_cameras("sim_metaworld_mt10", []) == ("corner4_fov40",)  # the config's
+    moved = ["data.datasets.metaworld.cameras=[corner4]"]
+    assert trained_cameras("sim_metaworld_mt10", moved) == ("corner4",)  # --train-args'
+    assert trained_cameras("sim_cotrain_transfer_cube", []) is None  # each task its own
+
+
+def test_a_resumed_recording_counts_the_time_of_every_run_that_recorded(tmp_path: Path) -> None:
+    """closed_loop.py's record_s: an interrupted recording resumed (or one made ahead of the
+    training) is the time of both runs, not of the one that found it nearly done."""
+    closed_loop = _closed_loop()
     demos = tmp_path / "reach" / "demos"
     _, first_s = closed_loop.record_resumed("metaworld/reach-v3", demos, 1, 1)
     second, total_s = closed_loop.record_resumed("metaworld/reach-v3", demos, 2, 1)

@@ -98,7 +98,7 @@ def _pi_overrides(model: str, data: str) -> list[str]:
         if data.startswith("sim_aloha")
         else ["model.image_slots.base_0_rgb=[front_1,top]"]  # the hands' and the robot's
         if data in ("sim_hands_transfer_cube", "sim_cotrain_transfer_cube")
-        else ["model.image_slots.base_0_rgb=[front_1,corner2]"]  # MetaWorld's camera
+        else ["model.image_slots.base_0_rgb=[front_1,corner2,corner4_fov40]"]  # MetaWorld's
         if data.startswith("sim_")
         else []
     )

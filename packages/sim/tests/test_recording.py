@@ -80,6 +80,14 @@ def test_recording_again_keeps_what_is_there(reach_episodes: Path) -> None:
     report = record(TASK, reach_episodes, episodes=2, image_size=SIZE, progress=False)
     assert len(report.kept) == 2 and report.written == []
     assert {p.name: p.stat().st_mtime_ns for p in reach_episodes.iterdir()} == before
+    again = record(TASK, reach_episodes, episodes=2, image_size=SIZE, cameras=["corner2"],
+                   progress=False)  # fmt: skip
+    assert len(again.kept) == 2  # the cameras asked for are those they hold
+    with pytest.raises(ValueError, match=r"seed000000.zarr: recorded with cameras \['corner2'\], "
+                       r"not \['corner4_fov40'\]; .* record into another folder"):  # fmt: skip
+        record(TASK, reach_episodes, episodes=3, image_size=SIZE, cameras=["corner4_fov40"],
+               progress=False)  # fmt: skip
+    assert {p.name: p.stat().st_mtime_ns for p in reach_episodes.iterdir()} == before
 
 
 @pytest.mark.parametrize(

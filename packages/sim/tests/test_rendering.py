@@ -49,9 +49,15 @@ def test_a_narrowed_camera_is_the_middle_of_its_own_view_enlarged_and_leaves_it_
     [
         ("corner9_fov40", r"'corner9_fov40': not one of the model's cameras \[.*'corner4'"),
         ("corner4_fov180", r"'corner4_fov180': a field of view in \(0, 180\) degrees, got 180"),
+        ("corner4_fov42.5", r"nor one of them narrowed as <camera>_fov<degrees>"),  # whole
         ("corner4_zoom", r"nor one of them narrowed as <camera>_fov<degrees>"),
     ],
 )
 def test_a_camera_that_is_neither_the_models_nor_one_narrowed_is_refused(camera, message):
     with pytest.raises(ValueError, match=message):
         make_task(TASK, image_size=SIZE, cameras=[camera])
+
+
+def test_the_head_camera_refuses_the_camera_it_is_made_of_narrowed_too():
+    with pytest.raises(ValueError, match=r"'front_1' is the model's 'angle' camera moved"):
+        make_task("aloha_ego/transfer_cube", image_size=SIZE, cameras=["front_1", "angle_fov40"])

@@ -436,7 +436,8 @@ class AlohaScene:
                 f"it are aloha_ego/{task}, aloha_ego_masked/{task} and "
                 f"aloha_joints_ego_masked/{task}"
             )
-        if HEAD_CAMERA in self.cameras and MUJOCO_HEAD_CAMERA in self.cameras:
+        moved = [c for c in self.cameras if c.split("_fov")[0] == MUJOCO_HEAD_CAMERA]
+        if HEAD_CAMERA in self.cameras and moved:  # narrowed too (rendering.camera_view)
             raise ValueError(
                 f"cameras: {HEAD_CAMERA!r} is the model's {MUJOCO_HEAD_CAMERA!r} camera moved to "
                 f"the robot's head; ask for one of them, got {self.cameras}"

@@ -29,7 +29,7 @@ import simplejpeg
 from tqdm import tqdm
 
 from polymimic_data.embodiments import DECLARATION, check_declaration
-from polymimic_data.store import EpisodeWriter
+from polymimic_data.store import EpisodeReader, EpisodeWriter
 from polymimic_sim.task_types import SimTask
 from polymimic_sim.tasks import make_task, suite_tasks
 
@@ -142,6 +142,8 @@ def record(
              for name in suite_tasks(task_name)
              for episode_seed in range(seed, seed + episodes)]  # fmt: skip
     todo = [job for job in every if not job[2].exists()]  # an episode there is kept
+    if cameras is not None:
+        _check_kept([path for _, _, path in every if path.exists()], tuple(cameras))
     setup = (tuple(image_size), None if cameras is None else tuple(cameras))
     bar = tqdm(total=len(todo), desc=f"record {task_name}", disable=not progress)
     with bar:
@@ -158,6 +160,21 @@ def record(
         elif succeeded:
             report.written.append(path)
     return report
+
+
+def _check_kept(paths: list[Path], cameras: tuple[str, ...]) -> None:
+    """Episodes kept from an earlier recording hold the cameras asked for now, else ValueError.
+
+    (A folder recorded with another view, resumed with this one, would train on a mix.)
+    """
+    for path in paths:
+        held = tuple(EpisodeReader(path).attrs.get(DECLARATION, {}).get("cameras", ()))
+        if held != cameras:
+            raise ValueError(
+                f"{path}: recorded with cameras {list(held)}, not {list(cameras)}; an episode "
+                "already there is kept, not recorded again: record into another folder, or "
+                "remove the old episodes"
+            )
 
 
 Setup = tuple[tuple[int, ...], tuple[str, ...] | None]  # image size, cameras

@@ -95,17 +95,19 @@ def make_rendering_cheap(model: Any) -> None:
     model.light_castshadow[:] = 0
 
 
-_NARROWED = re.compile(r"(?P<base>.+)_fov(?P<fovy>[0-9]+(?:\.[0-9]+)?)")
+_NARROWED = re.compile(r"(?P<base>.+)_fov(?P<fovy>[0-9]+)")  # whole degrees: the name is a
+# key of stores and of modules (`images.<camera>`, a stem per camera), where a dot is not
 
 
 def camera_view(model: Any, camera: str) -> tuple[str, float | None]:
     """The model camera a camera name draws from, and the vertical field of view it asks for.
 
     A camera of the model is itself (None: its own field of view). `<camera>_fov<degrees>`,
-    e.g. `corner4_fov40`, is that model camera narrowed to `degrees`: a zoom about its axis,
-    the same pose, more pixels on what is in the middle of its view. The name says it all,
-    so a checkpoint's camera list is enough to render its view again. ValueError for a
-    name that is neither, or a field of view outside (0, 180) degrees.
+    e.g. `corner4_fov40`, is that model camera narrowed to `degrees` (whole): a zoom about
+    its axis, the same pose, more pixels on what is in the middle of its view. The name says
+    it all, so a checkpoint's camera list is enough to render its view again. ValueError for
+    a name that is neither, a field of view outside (0, 180) degrees, or a camera whose view
+    its field of view does not set (orthographic, or given by a sensor's intrinsics).
     """
     known = [model.camera(i).name for i in range(model.ncam)]
     if camera in known:
@@ -118,7 +120,13 @@ def camera_view(model: Any, camera: str) -> tuple[str, float | None]:
         )
     fovy = float(narrowed["fovy"])
     if not 0 < fovy < 180:
-        raise ValueError(f"camera {camera!r}: a field of view in (0, 180) degrees, got {fovy}")
+        raise ValueError(f"camera {camera!r}: a field of view in (0, 180) degrees, got {fovy:g}")
+    index = model.camera(narrowed["base"]).id
+    if model.cam_orthographic[index] or model.cam_sensorsize[index].any():
+        raise ValueError(
+            f"camera {camera!r}: {narrowed['base']!r} is orthographic or has a sensor's "
+            "intrinsics; its field of view does not set its view, so it cannot be narrowed"
+        )
     return narrowed["base"], fovy
 
 
