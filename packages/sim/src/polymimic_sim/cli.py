@@ -25,7 +25,11 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--episodes", type=int, default=50)
     rec.add_argument("--seed", type=int, default=0, help="the first episode's seed")
     rec.add_argument("--image-size", default="96x128", help="HEIGHTxWIDTH of every camera")
-    rec.add_argument("--cameras", help="comma-separated camera names (default: the task's)")
+    rec.add_argument(
+        "--cameras",
+        help="comma-separated camera names (default: the task's); <camera>_fov<degrees> is "
+        "that camera narrowed, e.g. corner4_fov40",
+    )
     rec.add_argument(
         "--workers", type=int, default=1, help="simulator processes sharing the episodes"
     )
