@@ -71,12 +71,14 @@ def main() -> None:
     task = Followed(simulated)
     settings = RolloutSettings(
         episodes=opts.episodes, seed=opts.seed, max_steps=opts.max_steps, workers=1,
-        videos=0, expert_episodes=1, progress=True,
+        videos=0, expert_episodes=0, progress=True,  # no expert: it would step `task` too
     )  # fmt: skip
     try:
         summary = evaluate(LocalPolicy(trained), task, settings)  # type: ignore[arg-type]
     finally:
         simulated.close()
+    if len(task.episodes) != opts.episodes:
+        raise SystemExit(f"followed {len(task.episodes)} episodes, not {opts.episodes}")
     goals = np.array([e["goal"] for e in task.episodes])
     nearest = []
     for episode in task.episodes:

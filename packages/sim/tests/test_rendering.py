@@ -50,6 +50,7 @@ def test_a_narrowed_camera_is_the_middle_of_its_own_view_enlarged_and_leaves_it_
         ("corner9_fov40", r"'corner9_fov40': not one of the model's cameras \[.*'corner4'"),
         ("corner4_fov180", r"'corner4_fov180': a field of view in \(0, 180\) degrees, got 180"),
         ("corner4_fov42.5", r"nor one of them narrowed as <camera>_fov<degrees>"),  # whole
+        ("corner4_fov040", r"nor one of them narrowed as <camera>_fov<degrees>"),  # one name
         ("corner4_zoom", r"nor one of them narrowed as <camera>_fov<degrees>"),
     ],
 )

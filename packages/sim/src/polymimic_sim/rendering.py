@@ -95,8 +95,9 @@ def make_rendering_cheap(model: Any) -> None:
     model.light_castshadow[:] = 0
 
 
-_NARROWED = re.compile(r"(?P<base>.+)_fov(?P<fovy>[0-9]+)")  # whole degrees: the name is a
-# key of stores and of modules (`images.<camera>`, a stem per camera), where a dot is not
+_NARROWED = re.compile(r"(?P<base>.+)_fov(?P<fovy>[1-9][0-9]*)")  # whole degrees, one spelling:
+# the name is a key of stores and of modules (`images.<camera>`, a stem per camera), where a
+# dot is not, and one view must not have two
 
 
 def camera_view(model: Any, camera: str) -> tuple[str, float | None]:
