@@ -39,6 +39,7 @@ from headline import RESULTS, add_results_arguments, save
 from hydra import compose, initialize_config_module
 
 from polymimic_sim import record
+from polymimic_train import recorded_cameras
 
 emit = figure_printer("closed_loop")
 
@@ -74,15 +75,12 @@ def trained_cameras(data: str, overrides: list[str]) -> tuple[str, ...] | None:
     """The cameras data config `data` trains on with `overrides`: its demonstrations' cameras.
 
     Read from the config as the training run composes it (one place for a headline's view:
-    e.g. mt10's narrowed corner4, or `--train-args` naming another). None where the task's
-    own will do: several datasets (each task records its own), or `cameras: auto`.
+    e.g. mt10's narrowed corner4, or `--train-args` naming another); None where the task's
+    own will do (polymimic_train.recorded_cameras).
     """
     with initialize_config_module("polymimic_train.configs", version_base="1.3"):
         config = compose("train", overrides=[f"data={data}", *overrides])
-    datasets = list(config.data.datasets.values())
-    if len(datasets) != 1 or isinstance(datasets[0].get("cameras"), str):
-        return None
-    return tuple(datasets[0].cameras)
+    return recorded_cameras(config.data)
 
 
 def record_resumed(

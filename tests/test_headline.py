@@ -181,6 +181,10 @@ def test_a_headline_records_the_cameras_its_training_run_reads() -> None:
     moved = ["data.datasets.metaworld.cameras=[corner4]"]
     assert trained_cameras("sim_metaworld_mt10", moved) == ("corner4",)  # --train-args'
     assert trained_cameras("sim_cotrain_transfer_cube", []) is None  # each task its own
+    auto = ["data.datasets.metaworld.cameras=auto"]
+    assert trained_cameras("sim_metaworld_mt10", auto) is None  # the episodes' own
+    unnamed = ["~data.datasets.metaworld.cameras"]
+    assert trained_cameras("sim_metaworld_mt10", unnamed) == ("front_1",)  # what training reads
 
 
 def test_a_resumed_recording_counts_the_time_of_every_run_that_recorded(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from polymimic_data.lerobot import import_lerobot
 from polymimic_data.synthetic import ensure_synthetic_episodes
 from polymimic_data.testing import write_lerobot_dataset
 from polymimic_policies import build_policy
+from polymimic_train import recorded_cameras
 
 CONFIGS = Path(polymimic_train.configs.__file__).parent
 SLOW, GPU_ONLY = 10e6, 100e6
@@ -161,16 +162,12 @@ def _recorded(task: str) -> Path:
     root = Path(mkdtemp(prefix="polymimic-matrix-sim-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     dest = root / task.replace("/", "_")
-    cameras = {c: None for d, tasks in SIM_DATA.items() if task in tasks for c in _cameras_read(d)}
+    read = [recorded_cameras(_compose(f"data={d}", "name=count").data)
+            for d, t in SIM_DATA.items() if task in t]  # fmt: skip
+    cameras = {c: None for r in read for c in r or ()}  # each of them once, in order
     record(task, dest, episodes=2, image_size=(48, 64), cameras=list(cameras) or None,
            progress=False)  # fmt: skip
     return dest
-
-
-def _cameras_read(data: str) -> list[str]:
-    """The cameras a one-dataset data config trains on (none for several: each task's own)."""
-    datasets = _compose(f"data={data}", "name=count").data.datasets
-    return list(next(iter(datasets.values())).cameras) if len(datasets) == 1 else []
 
 
 SIM_DATA = {  # data config -> the tasks its demonstrations come from (mt10: one of its tasks)

@@ -15,6 +15,7 @@ import pytest
 from polymimic_data import EpisodeReader, resolve_episodes
 from polymimic_sim import RolloutSettings, evaluate, make_task, record
 from polymimic_sim.recording import LINGER
+from polymimic_sim.tasks import default_cameras
 
 TASK, SIZE = "metaworld/reach-v3", (48, 64)
 
@@ -88,6 +89,28 @@ def test_recording_again_keeps_what_is_there(reach_episodes: Path) -> None:
         record(TASK, reach_episodes, episodes=3, image_size=SIZE, cameras=["corner4_fov40"],
                progress=False)  # fmt: skip
     assert {p.name: p.stat().st_mtime_ns for p in reach_episodes.iterdir()} == before
+
+
+def test_a_narrowed_recording_resumed_without_its_cameras_is_refused(tmp_path: Path) -> None:
+    narrowed = ["corner4_fov40"]
+    record(TASK, tmp_path, episodes=1, image_size=SIZE, cameras=narrowed, progress=False)
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    with pytest.raises(ValueError, match=r"recorded with cameras \['corner4_fov40'\], not "
+                       r"\['corner2'\] \(the task's default: name its cameras"):  # fmt: skip
+        record(TASK, tmp_path, episodes=2, image_size=SIZE, progress=False)
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before  # none added
+    again = record(TASK, tmp_path, episodes=1, image_size=SIZE, cameras=narrowed, progress=False)
+    assert len(again.kept) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "cameras"),
+    [("metaworld/mt10", ("corner2",)), ("aloha/insertion", ("top",)),
+     ("aloha_ego/transfer_cube", ("front_1",)), ("hands/transfer_cube", ("front_1",)),
+     ("pybullet/reach", None)],
+)  # fmt: skip
+def test_a_tasks_default_cameras_are_known_without_making_it(name, cameras) -> None:
+    assert default_cameras(name) == cameras
 
 
 @pytest.mark.parametrize(

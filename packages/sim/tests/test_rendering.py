@@ -10,6 +10,7 @@ from PIL import Image
 
 from polymimic_sim import make_task
 from polymimic_sim.metaworld_tasks import MetaWorldTask
+from polymimic_sim.rendering import View, base_camera, camera_view
 
 TASK, SIZE = "metaworld/reach-v3", (96, 128)
 
@@ -62,3 +63,31 @@ def test_a_camera_that_is_neither_the_models_nor_one_narrowed_is_refused(camera,
 def test_the_head_camera_refuses_the_camera_it_is_made_of_narrowed_too():
     with pytest.raises(ValueError, match=r"'front_1' is the model's 'angle' camera moved"):
         make_task("aloha_ego/transfer_cube", image_size=SIZE, cameras=["front_1", "angle_fov40"])
+
+
+_CAMERAS = """<mujoco><worldbody>
+  <camera name="perspective" fovy="60"/>
+  <camera name="orthographic" orthographic="true" fovy="2"/>
+  <camera name="intrinsics" sensorsize="0.01 0.01" resolution="100 100" focal="0.01 0.01"/>
+</worldbody></mujoco>"""
+
+
+@pytest.mark.parametrize("camera", ["orthographic_fov30", "intrinsics_fov30"])
+def test_a_camera_its_field_of_view_does_not_set_is_refused_narrowed(camera):
+    import mujoco
+
+    model = mujoco.MjModel.from_xml_string(_CAMERAS)  # pyright: ignore[reportAttributeAccessIssue]
+    assert camera_view(model, base_camera(camera)).fovy is None  # itself, as it is: drawn
+    with pytest.raises(ValueError, match=rf"'{camera}': .* is orthographic or has a sensor's"):
+        camera_view(model, camera)
+    narrowed = View("perspective_fov30", "perspective", 0, 30.0)
+    assert camera_view(model, "perspective_fov30") == narrowed
+
+
+@pytest.mark.parametrize(
+    ("name", "base"),
+    [("corner4_fov40", "corner4"), ("corner4", "corner4"), ("angle_fov_fov9", "angle_fov"),
+     ("corner4_fov040", "corner4_fov040"), ("corner4_fov", "corner4_fov")],
+)  # fmt: skip
+def test_the_base_camera_of_a_name_is_the_one_camera_view_draws_from(name, base):
+    assert base_camera(name) == base

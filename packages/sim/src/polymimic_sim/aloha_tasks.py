@@ -49,7 +49,9 @@ import numpy as np
 from polymimic_data.geometry import matrix_to_quat
 from polymimic_sim.camera_frames import look_at, place_camera
 from polymimic_sim.rendering import (
+    base_camera,
     camera_renderer,
+    camera_views,
     ensure_headless_rendering,
     render_cameras,
 )
@@ -436,7 +438,7 @@ class AlohaScene:
                 f"it are aloha_ego/{task}, aloha_ego_masked/{task} and "
                 f"aloha_joints_ego_masked/{task}"
             )
-        moved = [c for c in self.cameras if c.split("_fov")[0] == MUJOCO_HEAD_CAMERA]
+        moved = [c for c in self.cameras if base_camera(c) == MUJOCO_HEAD_CAMERA]
         if HEAD_CAMERA in self.cameras and moved:  # narrowed too (rendering.camera_view)
             raise ValueError(
                 f"cameras: {HEAD_CAMERA!r} is the model's {MUJOCO_HEAD_CAMERA!r} camera moved to "
@@ -451,9 +453,8 @@ class AlohaScene:
         if self.masked:
             draw_as_hands(self.model)
         self.image_size = tuple(int(v) for v in image_size)
-        self.renderer = camera_renderer(
-            self.model, self.name, self.mujoco_cameras(), self.image_size, cheap_rendering
-        )
+        self.views = camera_views(self.model, self.name, self.mujoco_cameras())
+        self.renderer = camera_renderer(self.model, self.image_size, cheap_rendering)
         self.max_steps, self.registered_steps = MAX_STEPS, REGISTERED_STEPS
         self.seed: int | None = None
         self.steps = 0
@@ -469,9 +470,8 @@ class AlohaScene:
         data = self.env.physics.data.ptr
         if HEAD_CAMERA in self.cameras and self.head is not None:
             place_camera(self.model, data, self.model.camera(MUJOCO_HEAD_CAMERA).id, self.head)
-        drawn = self.mujoco_cameras()
-        frames = render_cameras(self.renderer, data, drawn)
-        return {c: frames[m] for c, m in zip(self.cameras, drawn, strict=True)}
+        frames = render_cameras(self.renderer, data, self.views)
+        return {c: frames[view.name] for c, view in zip(self.cameras, self.views, strict=True)}
 
     def _observation(self) -> dict[str, Any]:
         raise NotImplementedError  # each family observes in its own form

@@ -116,6 +116,7 @@ class HandsTask(AlohaScene):
     end_effector = True
     head_camera = True  # a moving one: `head` is the person's pose at this frame
     masked = True
+    default_cameras = (CAMERA,)  # its only one
 
     def __init__(self, task: str, **options: Any) -> None:
         cameras = options.get("cameras")

@@ -24,6 +24,7 @@ import numpy as np
 
 from polymimic_sim.rendering import (
     camera_renderer,
+    camera_views,
     ensure_headless_rendering,
     render_cameras,
 )
@@ -100,6 +101,7 @@ class MetaWorldTask:
     """One MetaWorld task (see the module docstring); `reset(seed)` draws its goal and objects."""
 
     embodiment = EMBODIMENT
+    default_cameras: tuple[str, ...] = DEFAULT_CAMERAS  # rendered where none are asked for
 
     def __init__(
         self,
@@ -121,10 +123,9 @@ class MetaWorldTask:
         # reset from a generator of its own, whatever the seed. Here a seed is the episode.
         self.sim = metaworld.env_dict.ALL_V3_ENVIRONMENTS[task]()
         self._task_type = metaworld.types.Task
-        self.cameras = list(cameras or DEFAULT_CAMERAS)
-        self.renderer = camera_renderer(
-            self.sim.model, self.name, self.cameras, image_size, cheap_rendering
-        )
+        self.cameras = list(cameras or self.default_cameras)
+        self.views = camera_views(self.sim.model, self.name, self.cameras)
+        self.renderer = camera_renderer(self.sim.model, image_size, cheap_rendering)
         self.expert = experts[task]()
         self.fps = float(self.sim.metadata["render_fps"])
         self.max_steps = self.registered_steps = int(self.sim.max_path_length)
@@ -150,7 +151,7 @@ class MetaWorldTask:
 
     def render(self) -> dict[str, np.ndarray]:
         """The cameras' frames of the current state."""
-        return render_cameras(self.renderer, self.sim.data, self.cameras)
+        return render_cameras(self.renderer, self.sim.data, self.views)
 
     def _observation(self) -> dict[str, Any]:
         assert self._raw is not None

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from polymimic_data.embodiments import DECLARATION, check_declaration
 from polymimic_data.store import EpisodeReader, EpisodeWriter
 from polymimic_sim.task_types import SimTask
-from polymimic_sim.tasks import make_task, suite_tasks
+from polymimic_sim.tasks import default_cameras, make_task, suite_tasks
 
 LINGER = 10  # frames recorded after success: the policy learns to hold, not to leave
 
@@ -142,8 +142,10 @@ def record(
              for name in suite_tasks(task_name)
              for episode_seed in range(seed, seed + episodes)]  # fmt: skip
     todo = [job for job in every if not job[2].exists()]  # an episode there is kept
-    if cameras is not None:
-        _check_kept([path for _, _, path in every if path.exists()], tuple(cameras))
+    kept = [path for _, _, path in every if path.exists()]
+    asked = default_cameras(task_name) if cameras is None else tuple(cameras)
+    if kept and asked is not None:  # an unknown task is refused below, by make_task
+        _check_kept(kept, asked, given=cameras is not None)
     setup = (tuple(image_size), None if cameras is None else tuple(cameras))
     bar = tqdm(total=len(todo), desc=f"record {task_name}", disable=not progress)
     with bar:
@@ -162,18 +164,20 @@ def record(
     return report
 
 
-def _check_kept(paths: list[Path], cameras: tuple[str, ...]) -> None:
+def _check_kept(paths: list[Path], cameras: tuple[str, ...], *, given: bool = True) -> None:
     """Episodes kept from an earlier recording hold the cameras asked for now, else ValueError.
 
     (A folder recorded with another view, resumed with this one, would train on a mix.)
+    `given`: the cameras were asked for; else they are the task's default.
     """
+    whose = "" if given else " (the task's default: name its cameras to resume that view)"
     for path in paths:
         held = tuple(EpisodeReader(path).attrs.get(DECLARATION, {}).get("cameras", ()))
         if held != cameras:
             raise ValueError(
-                f"{path}: recorded with cameras {list(held)}, not {list(cameras)}; an episode "
-                "already there is kept, not recorded again: record into another folder, or "
-                "remove the old episodes"
+                f"{path}: recorded with cameras {list(held)}, not {list(cameras)}{whose}; an "
+                "episode already there is kept, not recorded again: record into another "
+                "folder, or remove the old episodes"
             )
 
 

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -100,10 +101,29 @@ _NARROWED = re.compile(r"(?P<base>.+)_fov(?P<fovy>[1-9][0-9]*)")  # whole degree
 # dot is not, and one view must not have two
 
 
-def camera_view(model: Any, camera: str) -> tuple[str, float | None]:
-    """The model camera a camera name draws from, and the vertical field of view it asks for.
+def base_camera(camera: str) -> str:
+    """The model camera a camera name draws from: `corner4` for `corner4_fov40`, else itself.
 
-    A camera of the model is itself (None: its own field of view). `<camera>_fov<degrees>`,
+    By the name alone (camera_view checks it against a model).
+    """
+    narrowed = _NARROWED.fullmatch(camera)
+    return camera if narrowed is None else narrowed["base"]
+
+
+@dataclass(frozen=True)
+class View:
+    """One camera as render_cameras draws it: the model camera, and the field of view asked."""
+
+    name: str  # as asked for: the frame's key
+    camera: str  # the model's camera drawn
+    index: int  # its id in the model
+    fovy: float | None  # None: the camera's own
+
+
+def camera_view(model: Any, camera: str) -> View:
+    """The view a camera name asks of `model`: the model camera it draws from, the field of view.
+
+    A camera of the model is itself (fovy None: its own field of view). `<camera>_fov<degrees>`,
     e.g. `corner4_fov40`, is that model camera narrowed to `degrees` (whole): a zoom about
     its axis, the same pose, more pixels on what is in the middle of its view. The name says
     it all, so a checkpoint's camera list is enough to render its view again. ValueError for
@@ -112,7 +132,7 @@ def camera_view(model: Any, camera: str) -> tuple[str, float | None]:
     """
     known = [model.camera(i).name for i in range(model.ncam)]
     if camera in known:
-        return camera, None
+        return View(camera, camera, model.camera(camera).id, None)
     narrowed = _NARROWED.fullmatch(camera)
     if narrowed is None or narrowed["base"] not in known:
         raise ValueError(
@@ -128,49 +148,50 @@ def camera_view(model: Any, camera: str) -> tuple[str, float | None]:
             f"camera {camera!r}: {narrowed['base']!r} is orthographic or has a sensor's "
             "intrinsics; its field of view does not set its view, so it cannot be narrowed"
         )
-    return narrowed["base"], fovy
+    return View(camera, narrowed["base"], index, fovy)
 
 
-def render_cameras(renderer: Any, data: Any, cameras: Sequence[str]) -> dict[str, np.ndarray]:
-    """One uint8 (H, W, 3) frame per camera of MuJoCo `data`, from one `mujoco.Renderer`.
+def camera_views(model: Any, task: str, cameras: Sequence[str]) -> tuple[View, ...]:
+    """Each camera's view of `model` (camera_view), resolved once for all a task's frames.
 
-    A narrowed camera (camera_view) is drawn with its field of view set on the model for
-    that one scene, then set back.
+    ValueError naming `task` and the camera.
+    """
+    try:
+        return tuple(camera_view(model, camera) for camera in cameras)
+    except ValueError as exc:
+        raise ValueError(f"cameras of {task}: {exc}") from None
+
+
+def render_cameras(renderer: Any, data: Any, views: Sequence[View]) -> dict[str, np.ndarray]:
+    """One uint8 (H, W, 3) frame of MuJoCo `data` per view, by its name, from one renderer.
+
+    `views` from camera_views; `renderer` a `mujoco.Renderer`. A narrowed view is drawn with
+    its field of view set on the model for that one scene, then set back.
     """
     model = renderer.model
     frames = {}
-    for camera in cameras:
-        base, fovy = camera_view(model, camera)
-        if fovy is None:
-            renderer.update_scene(data, camera=camera)
+    for view in views:
+        if view.fovy is None:
+            renderer.update_scene(data, camera=view.index)
         else:
-            index = model.camera(base).id
-            own = float(model.cam_fovy[index])
-            model.cam_fovy[index] = fovy
+            own = float(model.cam_fovy[view.index])
+            model.cam_fovy[view.index] = view.fovy
             try:
-                renderer.update_scene(data, camera=base)
+                renderer.update_scene(data, camera=view.index)
             finally:
-                model.cam_fovy[index] = own
-        frames[camera] = renderer.render().copy()
+                model.cam_fovy[view.index] = own
+        frames[view.name] = renderer.render().copy()
     return frames
 
 
-def camera_renderer(
-    model: Any, task: str, cameras: Sequence[str], image_size: Sequence[int], cheap: bool
-) -> Any:
-    """A `mujoco.Renderer` at `image_size` (H, W) for `cameras` of `model`, checked by name.
+def camera_renderer(model: Any, image_size: Sequence[int], cheap: bool) -> Any:
+    """A `mujoco.Renderer` of `model` at `image_size` (H, W).
 
-    A camera is one of the model's, or one narrowed (camera_view). `cheap`: no shadows, no
-    multisampling (make_rendering_cheap), set on the model first.
+    `cheap`: no shadows, no multisampling (make_rendering_cheap), set on the model first.
     """
     import mujoco
 
     if cheap:
         make_rendering_cheap(model)
-    for camera in cameras:
-        try:
-            camera_view(model, camera)
-        except ValueError as exc:
-            raise ValueError(f"cameras of {task}: {exc}") from None
     height, width = (int(v) for v in image_size)
     return mujoco.Renderer(model, height, width)

@@ -110,6 +110,15 @@ def _task_class(family: str) -> type:
     return HandsTask
 
 
+def default_cameras(name: str) -> tuple[str, ...] | None:
+    """The cameras task (or suite) `name` renders where none are asked for; None if unknown.
+
+    Read from its class, without making it (no simulator is started).
+    """
+    family = name.partition("/")[0]
+    return tuple(_task_class(family).default_cameras) if family in FAMILIES else None
+
+
 EMBODIMENTS = {
     "aloha": "sim/aloha",
     "aloha_ee": "sim/aloha_ee",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from polymimic_data import EpisodeInfo, registered_embodiments, resolve_episodes
-from polymimic_data.embodiments import declared_names, get_embodiment
+from polymimic_data.embodiments import DEFAULT_CAMERAS, declared_names, get_embodiment
 from polymimic_data.episodes import job_cache_dir
 from polymimic_data.store import (
     RemoteRootError,
@@ -28,6 +28,19 @@ from polymimic_train.run_config import ConfigError
 
 AUTO = "auto"
 DatasetEpisodes = dict[str, list[EpisodeInfo]]
+
+
+def recorded_cameras(data: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The cameras a run reads, where its data config alone names them: its episodes' cameras.
+
+    `data`: a composed train config's `data`. One dataset: the cameras it reads (the default,
+    DEFAULT_CAMERAS, where it names none); what a simulator records for it. None where the
+    episodes' own will do: several datasets (each task records its own), or `cameras: auto`.
+    """
+    datasets = list((data.get("datasets") or {}).values())
+    if len(datasets) != 1 or datasets[0].get("cameras") == AUTO:
+        return None
+    return tuple(datasets[0].get("cameras", DEFAULT_CAMERAS))
 
 
 def index_cache(cache_dir: str | Path) -> Path:
