@@ -159,6 +159,33 @@ def test_a_frozen_backbone_keeps_its_weights_and_batch_norm_statistics() -> None
     assert not next(g for g in model.param_groups(1e-3, 1e-4) if g["name"] == "backbone")["params"]
 
 
+@pytest.mark.parametrize("placed", [False, True])
+def test_placed_image_tokens_tell_the_pool_where_a_feature_is(placed: bool) -> None:
+    """The pool is attention over a set: the same feature at another place of the map pools
+    the same unless the tokens carry their place (image_positions)."""
+    torch.manual_seed(0)
+    stem = ImageStem(d_model=32, num_tokens=2, num_heads=4, resnet_blocks=(1, 1, 1, 1),
+                     image_positions=placed).eval()  # fmt: skip
+    background, feature = torch.zeros(1, 512, 3, 4), torch.randn(512)
+    here, there = background.clone(), background.clone()
+    here[0, :, 0, 0], there[0, :, 2, 3] = feature, feature  # one feature, two places
+    with torch.no_grad():
+        pooled = [stem.pool(stem.tokens(features)) for features in (here, there)]
+    assert torch.allclose(pooled[0], pooled[1], atol=1e-6) is not placed
+
+
+def test_image_positions_train_an_hpt_and_change_its_output() -> None:
+    placed, plain = policy(image_positions=True), policy()  # the same weights (one seed)
+    assert placed.state_dict().keys() == plain.state_dict().keys()  # no parameter added
+    data = batch("eva_bimanual")
+    torch.manual_seed(1)
+    placed_loss = placed.compute_loss(data)["loss"]
+    torch.manual_seed(1)
+    assert not torch.equal(placed_loss, plain.compute_loss(data)["loss"])
+    placed_loss.backward()
+    assert torch.isfinite(placed_loss)
+
+
 def test_a_small_vit_backbone_takes_images_of_any_shape() -> None:
     model = policy(image_backbone="vit", vit_layers=1, vit_patch_size=8)
     for height, width in ((32, 40), (48, 24)):

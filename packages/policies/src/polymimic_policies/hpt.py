@@ -46,7 +46,8 @@ class StemsTrunkConfig(PolicyConfig):
     """HPT's stems and trunk, and how heads sit on them: what HPT and RDT share.
 
     Stems: `image_tokens`, `state_tokens` and `text_tokens` latent tokens each; images
-    through a ResNet (`resnet_blocks` per stage) or a small ViT (`image_backbone="vit"`);
+    through a ResNet (`resnet_blocks` per stage; `image_positions`: its feature tokens
+    placed, see ImageStem) or a small ViT (`image_backbone="vit"`);
     `shared_stems` maps a modality to one stem name shared by every embodiment. Heads:
     one per embodiment, or one `shared_head`. `pretrained` maps parts ("trunk",
     "stems.<name>", "heads.<name>") to {path, sha256}; `compile` runs torch.compile on
@@ -69,6 +70,7 @@ class StemsTrunkConfig(PolicyConfig):
     vit_layers: int = 4
     vit_patch_size: int = 8
     freeze_backbone: bool = False
+    image_positions: bool = False
     use_prompt: bool = False
     text_layers: int = 2
     max_prompt_bytes: int = 128
@@ -230,6 +232,7 @@ class HPTPolicy(nn.Module):
             vit_layers=c.vit_layers,
             vit_patch_size=c.vit_patch_size,
             freeze_backbone=c.freeze_backbone,
+            image_positions=c.image_positions,
         )
 
     def modalities(self, embodiment: str) -> list[str]:

@@ -95,6 +95,11 @@ class ImageStem(nn.Module):
 
     `freeze_backbone` keeps the backbone's weights and its batch-norm statistics fixed:
     no gradient, and eval mode even while the rest of the policy trains.
+
+    `image_positions` adds fixed 2-D sin/cos positions to a ResNet's feature tokens (the ViT
+    adds its own). The pool that follows is attention over a set: without them it tells
+    where a feature is only as far as the backbone's padding leaks it, and a task judged
+    by centimetres (MetaWorld's reach) is a task of where.
     """
 
     mean: torch.Tensor
@@ -111,8 +116,10 @@ class ImageStem(nn.Module):
         vit_layers: int = 4,
         vit_patch_size: int = 8,
         freeze_backbone: bool = False,
+        image_positions: bool = False,
     ) -> None:
         super().__init__()
+        self.image_positions = image_positions and backbone == "resnet"
         if backbone == "resnet":
             self.backbone, channels = build_resnet(resnet_blocks)
             # Channels-last end to end: oneDNN's convolutions are faster so on CPUs and
@@ -149,7 +156,15 @@ class ImageStem(nn.Module):
         x = images.contiguous(memory_format=torch.channels_last).float()
         x = (x / 255.0 - self.mean) / self.std
         features = self.backbone(x.to(self.project.weight.dtype))
-        return self.pool(self.project(features.flatten(2).transpose(1, 2)))
+        return self.pool(self.tokens(features))
+
+    def tokens(self, features: torch.Tensor) -> torch.Tensor:
+        """(B, C, h, w) backbone features -> (B, h * w, D) tokens for the pool, placed."""
+        tokens = self.project(features.flatten(2).transpose(1, 2))
+        if self.image_positions:
+            height, width = features.shape[-2:]
+            tokens = tokens + _sincos_2d(height, width, tokens.shape[-1], tokens.device).to(tokens)
+        return tokens
 
 
 class TextStem(nn.Module):
