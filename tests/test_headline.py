@@ -185,6 +185,9 @@ def test_a_headline_records_the_cameras_its_training_run_reads() -> None:
     assert trained_cameras("sim_metaworld_mt10", auto) is None  # the episodes' own
     unnamed = ["~data.datasets.metaworld.cameras"]
     assert trained_cameras("sim_metaworld_mt10", unnamed) == ("front_1",)  # what training reads
+    one = ["data.datasets.metaworld.cameras=corner4"]  # a string, not a list: not 7 cameras
+    with pytest.raises(ValueError, match=r"data.datasets.metaworld.cameras: a list of camera"):
+        trained_cameras("sim_metaworld_mt10", one)
 
 
 def test_a_resumed_recording_counts_the_time_of_every_run_that_recorded(tmp_path: Path) -> None:

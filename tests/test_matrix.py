@@ -157,13 +157,16 @@ def _recorded(task: str) -> Path:
     import shutil
     from tempfile import mkdtemp
 
-    from polymimic_sim import record
+    from polymimic_sim import default_cameras, record
 
     root = Path(mkdtemp(prefix="polymimic-matrix-sim-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     dest = root / task.replace("/", "_")
-    read = [recorded_cameras(_compose(f"data={d}", "name=count").data)
-            for d, t in SIM_DATA.items() if task in t]  # fmt: skip
+    read = [  # None: the task's own
+        recorded_cameras(_compose(f"data={d}", "name=count").data) or default_cameras(task)
+        for d, t in SIM_DATA.items()
+        if task in t
+    ]
     cameras = {c: None for r in read for c in r or ()}  # each of them once, in order
     record(task, dest, episodes=2, image_size=(48, 64), cameras=list(cameras) or None,
            progress=False)  # fmt: skip

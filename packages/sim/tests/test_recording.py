@@ -15,7 +15,7 @@ import pytest
 from polymimic_data import EpisodeReader, resolve_episodes
 from polymimic_sim import RolloutSettings, evaluate, make_task, record
 from polymimic_sim.recording import LINGER
-from polymimic_sim.tasks import default_cameras
+from polymimic_sim.tasks import FAMILIES, default_cameras
 
 TASK, SIZE = "metaworld/reach-v3", (48, 64)
 
@@ -103,14 +103,17 @@ def test_a_narrowed_recording_resumed_without_its_cameras_is_refused(tmp_path: P
     assert len(again.kept) == 1
 
 
-@pytest.mark.parametrize(
-    ("name", "cameras"),
-    [("metaworld/mt10", ("corner2",)), ("aloha/insertion", ("top",)),
-     ("aloha_ego/transfer_cube", ("front_1",)), ("hands/transfer_cube", ("front_1",)),
-     ("pybullet/reach", None)],
-)  # fmt: skip
-def test_a_tasks_default_cameras_are_known_without_making_it(name, cameras) -> None:
-    assert default_cameras(name) == cameras
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_tasks_default_cameras_are_those_it_renders_unasked(family: str) -> None:
+    name = "metaworld/reach-v3" if family == "metaworld" else f"{family}/transfer_cube"
+    task = make_task(name, image_size=SIZE)
+    try:
+        assert default_cameras(name) == tuple(task.cameras)
+    finally:
+        task.close()
+    suite = f"{family}/mt10" if family == "metaworld" else name
+    assert default_cameras(suite) == default_cameras(name)  # a suite's are its tasks'
+    assert default_cameras("pybullet/reach") is None
 
 
 @pytest.mark.parametrize(

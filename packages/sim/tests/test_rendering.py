@@ -8,9 +8,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from polymimic_sim import make_task
+from polymimic_sim import make_task, project_view
 from polymimic_sim.metaworld_tasks import MetaWorldTask
-from polymimic_sim.rendering import View, base_camera, camera_view
+from polymimic_sim.rendering import (
+    View,
+    base_camera,
+    camera_view,
+    ensure_headless_rendering,
+    render_cameras,
+)
 
 TASK, SIZE = "metaworld/reach-v3", (96, 128)
 
@@ -74,6 +80,7 @@ _CAMERAS = """<mujoco><worldbody>
 
 @pytest.mark.parametrize("camera", ["orthographic_fov30", "intrinsics_fov30"])
 def test_a_camera_its_field_of_view_does_not_set_is_refused_narrowed(camera):
+    ensure_headless_rendering()  # before MuJoCo is imported: its GL backend is chosen then
     import mujoco
 
     model = mujoco.MjModel.from_xml_string(_CAMERAS)  # pyright: ignore[reportAttributeAccessIssue]
@@ -91,3 +98,30 @@ def test_a_camera_its_field_of_view_does_not_set_is_refused_narrowed(camera):
 )  # fmt: skip
 def test_the_base_camera_of_a_name_is_the_one_camera_view_draws_from(name, base):
     assert base_camera(name) == base
+
+
+@pytest.mark.parametrize("camera", ["corner4", "corner4_fov40"])
+def test_a_projected_object_lands_on_its_own_pixels(camera: str) -> None:
+    """project_view is the renderer's pinhole: a segmentation render shows the object there."""
+    ensure_headless_rendering()  # before MuJoCo is imported: its GL backend is chosen then
+    import mujoco
+
+    task = MetaWorldTask("push-v3", image_size=SIZE, cameras=[camera])
+    model, data = task.sim.model, task.sim.data
+    segmenting = mujoco.Renderer(model, *SIZE)
+    segmenting.enable_segmentation_rendering()
+    drawn = []
+    try:
+        for seed in (1000, 1001, 1002):
+            task.reset(seed)
+            puck = np.asarray(task.sim._get_pos_objects(), float).reshape(-1, 3)[:1]
+            (pixel,), (inside,) = project_view(model, data, task.views[0], SIZE, puck)
+            ids = render_cameras(segmenting, data, task.views)[camera]
+            column, row = (int(v) for v in pixel)
+            geom, kind = ids[row, column]
+            assert inside and kind == mujoco.mjtObj.mjOBJ_GEOM  # pyright: ignore[reportAttributeAccessIssue]
+            drawn.append(model.body(model.geom_bodyid[geom]).name)
+    finally:
+        segmenting.close()
+        task.close()
+    assert drawn == ["obj"] * 3

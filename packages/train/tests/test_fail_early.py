@@ -28,6 +28,11 @@ CASES = {
         "data.datasets.eva_bimanual.cameras: ['top'] are not cameras of eva_bimanual; "
         "choose from ['front_1', 'left_wrist', 'right_wrist']",
     ),
+    "camera_string": (
+        ["data.datasets.eva_bimanual.cameras=front_1"],
+        "data.datasets.eva_bimanual.cameras: a list of camera names, e.g. [front_1]; got "
+        "'front_1'",
+    ),
     "layout": (
         ["data.datasets.eva_bimanual.layout=joints"],
         "data.datasets.eva_bimanual.layout: 'joints' is not a layout of eva_bimanual; choose one",

@@ -1,5 +1,6 @@
 # The public names, each with the module it loads from on first use (lazy_loader reads
 # this table at import; type checkers read it as the package's interface).
+from .camera_frames import project_view as project_view
 from .episodes import Outcome as Outcome
 from .episodes import wilson_interval as wilson_interval
 from .parallel import evaluate_parallel as evaluate_parallel
@@ -14,6 +15,7 @@ from .settings import RolloutSettings as RolloutSettings
 from .task_types import MissingExtraError as MissingExtraError
 from .task_types import SimTask as SimTask
 from .task_types import UnknownTaskError as UnknownTaskError
+from .tasks import default_cameras as default_cameras
 from .tasks import make_task as make_task
 from .tasks import object_poses as object_poses
 from .tasks import suite_tasks as suite_tasks

@@ -41,7 +41,7 @@ no multisampling (gym-aloha renders three 480x640 cameras every step, about 30x 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -453,7 +453,14 @@ class AlohaScene:
         if self.masked:
             draw_as_hands(self.model)
         self.image_size = tuple(int(v) for v in image_size)
-        self.views = camera_views(self.model, self.name, self.mujoco_cameras())
+        self.views = tuple(  # drawn from the model's cameras, each frame under its own name
+            replace(view, name=camera)
+            for camera, view in zip(
+                self.cameras,
+                camera_views(self.model, self.name, self.mujoco_cameras()),
+                strict=True,
+            )
+        )
         self.renderer = camera_renderer(self.model, self.image_size, cheap_rendering)
         self.max_steps, self.registered_steps = MAX_STEPS, REGISTERED_STEPS
         self.seed: int | None = None
@@ -470,8 +477,7 @@ class AlohaScene:
         data = self.env.physics.data.ptr
         if HEAD_CAMERA in self.cameras and self.head is not None:
             place_camera(self.model, data, self.model.camera(MUJOCO_HEAD_CAMERA).id, self.head)
-        frames = render_cameras(self.renderer, data, self.views)
-        return {c: frames[view.name] for c, view in zip(self.cameras, self.views, strict=True)}
+        return render_cameras(self.renderer, data, self.views)
 
     def _observation(self) -> dict[str, Any]:
         raise NotImplementedError  # each family observes in its own form

@@ -63,6 +63,18 @@ def camera_to_world(camera: np.ndarray, poses: np.ndarray) -> np.ndarray:
     return matrix_to_pose(pose_to_matrix(camera) @ pose_to_matrix(poses))
 
 
+def project_view(
+    model: Any, data: Any, view: Any, size: Sequence[int], points: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where world points (..., 3) fall in a task's camera view: pixels (..., 2), in view.
+
+    `view`: one of a task's `views` (rendering.View: a model camera, narrowed or not), in
+    MuJoCo `model` and `data` as they stand; `size`: the frame's (H, W). The same pinhole
+    the renderer draws with, so a point lands on its own pixels.
+    """
+    return project(camera_pose(data, view.index), view.fovy_in(model), size, points)
+
+
 def project(camera: np.ndarray, fovy_degrees: float, size: Sequence[int], points: np.ndarray):
     """Pixel coordinates (..., 2) of world points (..., 3) and whether each is in view."""
     height, width = (int(v) for v in size)

@@ -120,9 +120,9 @@ class HandsTask(AlohaScene):
 
     def __init__(self, task: str, **options: Any) -> None:
         cameras = options.get("cameras")
-        if cameras is not None and list(cameras) != [CAMERA]:
+        if cameras is not None and list(cameras) != list(self.default_cameras):
             raise ValueError(f"cameras: hands/{task} has one camera, {CAMERA!r}; got {cameras}")
-        merged: dict[str, Any] = {**options, "cameras": [CAMERA]}
+        merged: dict[str, Any] = {**options, "cameras": list(self.default_cameras)}
         super().__init__(task, **merged)
         self.camera_id = self.model.camera(MUJOCO_CAMERA).id
         self.fovy = float(self.model.cam_fovy[self.camera_id])

@@ -143,10 +143,10 @@ def record(
              for episode_seed in range(seed, seed + episodes)]  # fmt: skip
     todo = [job for job in every if not job[2].exists()]  # an episode there is kept
     kept = [path for _, _, path in every if path.exists()]
-    asked = default_cameras(task_name) if cameras is None else tuple(cameras)
+    asked = tuple(cameras) if cameras else default_cameras(task_name)  # [] too: a task's own
     if kept and asked is not None:  # an unknown task is refused below, by make_task
-        _check_kept(kept, asked, given=cameras is not None)
-    setup = (tuple(image_size), None if cameras is None else tuple(cameras))
+        _check_kept(kept, asked, given=bool(cameras))
+    setup = (tuple(image_size), tuple(cameras) if cameras else None)
     bar = tqdm(total=len(todo), desc=f"record {task_name}", disable=not progress)
     with bar:
         if workers == 1 or len(todo) < 2:

@@ -104,7 +104,8 @@ _NARROWED = re.compile(r"(?P<base>.+)_fov(?P<fovy>[1-9][0-9]*)")  # whole degree
 def base_camera(camera: str) -> str:
     """The model camera a camera name draws from: `corner4` for `corner4_fov40`, else itself.
 
-    By the name alone (camera_view checks it against a model).
+    By the name alone. camera_view, which checks it against a model, takes a model camera
+    that is itself named like `x_fov40` as that camera; this helper would read it as `x`.
     """
     narrowed = _NARROWED.fullmatch(camera)
     return camera if narrowed is None else narrowed["base"]
@@ -118,6 +119,10 @@ class View:
     camera: str  # the model's camera drawn
     index: int  # its id in the model
     fovy: float | None  # None: the camera's own
+
+    def fovy_in(self, model: Any) -> float:
+        """The vertical field of view (degrees) this view is drawn with in `model`."""
+        return float(model.cam_fovy[self.index]) if self.fovy is None else self.fovy
 
 
 def camera_view(model: Any, camera: str) -> View:

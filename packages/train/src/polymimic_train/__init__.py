@@ -3,7 +3,8 @@
 `run(cfg)` is the recipe (`uv run train` composes the config and calls it).
 `load_policy(path)` rebuilds a trained policy from a checkpoint or an export alone, and
 `read_record(run_dir)` reads a run directory's record (`run.json`: its state and steps);
-`recorded_cameras(cfg.data)` the cameras a composed config reads, those its episodes hold.
+`recorded_cameras(cfg.data)` the cameras a composed config reads, those its episodes hold
+(None where the episodes' own will do).
 `export_policy(checkpoint)` writes an export (see trained_policy; both load from
 polymimic-serve, which a robot computer installs alone); importing them loads
 neither Lightning nor Hydra.

@@ -93,7 +93,7 @@ def _check_datasets(data: DictConfig, *, resolved: bool = True) -> None:
     Before its episodes are resolved (`resolved=False`), a dataset whose embodiment is
     `auto` or not yet registered (episodes may declare it) is left for the check after.
     """
-    from polymimic_data.embodiments import DEFAULT_CAMERAS, get_embodiment, registered_embodiments
+    from polymimic_data.embodiments import dataset_cameras, get_embodiment, registered_embodiments
 
     datasets = data.get("datasets") or {}
     if not datasets:
@@ -120,9 +120,13 @@ def _check_datasets(data: DictConfig, *, resolved: bool = True) -> None:
                 f"{where}.layout: {layout!r} is not a layout of {embodiment.name}; "
                 f"choose one of {list(embodiment.layouts)}"
             )
-        cameras = list(spec.get("cameras", DEFAULT_CAMERAS))
         if spec.get("cameras") == "auto" and not resolved:
             cameras = []  # all of the embodiment's, named once the episodes are resolved
+        else:
+            try:
+                cameras = list(dataset_cameras(spec))
+            except ValueError as exc:
+                raise ConfigError(f"{where}.{exc}") from None
         unknown = [c for c in cameras if c not in embodiment.cameras]
         if unknown:
             raise ConfigError(

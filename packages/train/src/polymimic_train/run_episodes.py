@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from polymimic_data import EpisodeInfo, registered_embodiments, resolve_episodes
-from polymimic_data.embodiments import DEFAULT_CAMERAS, declared_names, get_embodiment
+from polymimic_data.embodiments import dataset_cameras, declared_names, get_embodiment
 from polymimic_data.episodes import job_cache_dir
 from polymimic_data.store import (
     RemoteRootError,
@@ -31,16 +31,24 @@ DatasetEpisodes = dict[str, list[EpisodeInfo]]
 
 
 def recorded_cameras(data: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The cameras a run reads, where its data config alone names them: its episodes' cameras.
+    """The cameras a run reads, where its data config alone names them; else None.
 
-    `data`: a composed train config's `data`. One dataset: the cameras it reads (the default,
-    DEFAULT_CAMERAS, where it names none); what a simulator records for it. None where the
-    episodes' own will do: several datasets (each task records its own), or `cameras: auto`.
+    `data`: a composed train config's `data`. One dataset: the cameras it reads (its
+    `cameras`, or polymimic-data's default where it names none), which its episodes must
+    hold: those a simulator records for it. None where the episodes' own will do: several
+    datasets (each task records its own), or `cameras: auto`. ConfigError for cameras given
+    as one string.
     """
-    datasets = list((data.get("datasets") or {}).values())
-    if len(datasets) != 1 or datasets[0].get("cameras") == AUTO:
+    datasets = dict(data.get("datasets") or {})
+    if len(datasets) != 1:
         return None
-    return tuple(datasets[0].get("cameras", DEFAULT_CAMERAS))
+    ((name, spec),) = datasets.items()
+    if spec.get("cameras") == AUTO:
+        return None
+    try:
+        return dataset_cameras(spec)
+    except ValueError as exc:
+        raise ConfigError(f"data.datasets.{name}.{exc}") from None
 
 
 def index_cache(cache_dir: str | Path) -> Path:

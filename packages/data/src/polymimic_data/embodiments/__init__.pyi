@@ -18,5 +18,6 @@ from .registry import register_embodiment as register_embodiment
 from .registry import registered_embodiments as registered_embodiments
 from .specs import DEFAULT_CAMERAS as DEFAULT_CAMERAS
 from .specs import action_rates as action_rates
+from .specs import dataset_cameras as dataset_cameras
 from .specs import embodiment_specs as embodiment_specs
 from .specs import policy_embodiments as policy_embodiments

@@ -15,6 +15,18 @@ from polymimic_data.embodiments.registry import get_embodiment
 DEFAULT_CAMERAS = ("front_1",)
 
 
+def dataset_cameras(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The cameras a data config's dataset reads: its `cameras`, DEFAULT_CAMERAS if none.
+
+    ValueError for a plain string (`cameras: corner4` would read as six cameras of one
+    letter each); `cameras: auto` is named from the episodes before this is asked.
+    """
+    cameras = spec.get("cameras", DEFAULT_CAMERAS)
+    if isinstance(cameras, str):
+        raise ValueError(f"cameras: a list of camera names, e.g. [{cameras}]; got {cameras!r}")
+    return tuple(str(c) for c in cameras)
+
+
 def embodiment_specs(
     datasets: Mapping[str, Mapping[str, Any]], *, history: int, horizon: int
 ) -> dict[str, dict[str, Any]]:
@@ -32,7 +44,7 @@ def embodiment_specs(
             "action_dim": layout.dim,
             "history": int(history),
             "horizon": int(horizon),
-            "cameras": list(spec.get("cameras", DEFAULT_CAMERAS)),
+            "cameras": list(dataset_cameras(spec)),
             "action_groups": [[group.name, group.width] for group in layout.groups],
         }
     return specs

@@ -21,7 +21,7 @@ from polymimic_data import (
     load_or_compute_norm_stats,
     split_episodes,
 )
-from polymimic_data.embodiments import DEFAULT_CAMERAS
+from polymimic_data.embodiments import dataset_cameras
 from polymimic_data.samples import default_workers, make_dataloader, subsample_frames
 from polymimic_train.run_episodes import resolve_datasets, split_filtered
 
@@ -62,7 +62,7 @@ class EmbodimentDataModule(pl.LightningDataModule):
         kwargs: dict[str, Any] = {
             "embodiment": spec["embodiment"],
             "layout": spec.get("layout"),
-            "cameras": tuple(spec.get("cameras", DEFAULT_CAMERAS)),
+            "cameras": dataset_cameras(spec),
             "image_size": tuple(self.cfg["image_size"]),
             "history": int(self.cfg["history"]),
             "horizon": int(self.cfg["horizon"]),
