@@ -5,8 +5,9 @@
         [--seed 1000] [--image-size 96x128]
 
 Runs MetaWorld's scripted expert through each task of the suite on held-out seeds, for the
-frames a recording keeps (every tick until the success and `--after-success` more, as
-`record` keeps; an evaluation's are the first of them), and projects the points the task is
+frames a recording keeps (every tick to the strict success and `LINGER` more, as `record`
+keeps them; an evaluation's are the first of them; an episode the expert fails is not
+recorded and not counted, `expert_failed` says how many), and projects the points the task is
 judged by (the fingertips' middle, `tcp_center`; each object; the goal) through each camera
 with polymimic_sim.project_view, the pinhole the renderer draws with (a narrowed camera's
 field of view, e.g. 40 degrees for `corner4_fov40`). Nothing is rendered. One JSON line per
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 
-from polymimic_sim import make_task, project_view, suite_tasks
+from polymimic_sim import LINGER, make_task, project_view, suite_tasks
 
 emit = figure_printer("camera_coverage")
 
@@ -52,23 +53,39 @@ def edge_margin(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 class Coverage:
-    """One camera's figures over a task's episodes."""
+    """One camera's figures over a task's episodes (those the expert succeeds in)."""
 
     def __init__(self) -> None:
         self.inside: list[np.ndarray] = []
         self.margins: list[np.ndarray] = []
         self.spreads: list[float] = []
         self.scales: list[float] = []
+        self.episode: list[tuple[np.ndarray, np.ndarray, float, float]] = []
 
-    def add(self, pixels: np.ndarray, inside: np.ndarray, size: tuple[int, int]) -> None:
+    def keep(self) -> None:
+        """The episode followed since the last keep or drop counts."""
+        for inside, margins, spread, scale in self.episode:
+            self.inside.append(inside)
+            self.margins.append(margins)
+            if spread >= 0:
+                self.spreads.append(spread)
+                self.scales.append(scale)
+        self.episode = []
+
+    def drop(self) -> None:
+        """The episode followed since the last keep or drop does not count."""
+        self.episode = []
+
+    def add(self, pixels: np.ndarray, inside: np.ndarray, size: tuple[int, int],
+            goal_pixels: np.ndarray | None = None) -> None:  # fmt: skip
+        """One frame's points; `goal_pixels` (the goal, then 1 cm along x, y, z) at the first."""
         margin = edge_margin(pixels, size)
-        self.inside.append(inside)
-        self.margins.append(np.where(inside, margin, np.minimum(margin, 0.0)))  # behind: out
-
-    def add_first(self, pixels: np.ndarray, goal_pixels: np.ndarray) -> None:
-        gaps = np.linalg.norm(pixels[:, None] - pixels[None], axis=-1)
-        self.spreads.append(float(gaps.max()))
-        self.scales.append(float(np.linalg.norm(goal_pixels[1:] - goal_pixels[0], axis=1).mean()))
+        margin = np.where(inside, margin, np.minimum(margin, 0.0))  # out of view or behind it
+        spread = scale = -1.0
+        if goal_pixels is not None:
+            spread = float(np.linalg.norm(pixels[:, None] - pixels[None], axis=-1).max())
+            scale = float(np.linalg.norm(goal_pixels[1:] - goal_pixels[0], axis=1).mean())
+        self.episode.append((inside, margin, spread, scale))
 
 
 def main() -> None:
@@ -78,8 +95,6 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--image-size", default="96x128", help="HEIGHTxWIDTH, for the pixels")
-    parser.add_argument("--after-success", type=int, default=10,
-                        help="frames followed after the success (record keeps 10)")  # fmt: skip
     opts = parser.parse_args()
     if not opts.suite.startswith("metaworld/"):
         parser.error(f"--suite: a MetaWorld task or suite, got {opts.suite!r}")
@@ -91,25 +106,31 @@ def main() -> None:
         views, task.views = task.views, ()  # the views' geometry only: render nothing
         model, data = task.sim.model, task.sim.data
         coverage = {view.name: Coverage() for view in views}
+        failed = 0
         try:
             for seed in range(opts.seed, opts.seed + opts.episodes):
                 task.reset(seed)
-                success_at = None
-                for tick in range(task.max_steps):
+                strict_at = None
+                for tick in range(task.max_steps):  # record_episode's frames, tick for tick
                     points = scene_points(task.sim)
                     for view in views:
                         pixels, inside = project_view(model, data, view, size, points)
-                        coverage[view.name].add(pixels, inside, size)
+                        goal = None
                         if tick == 0:
                             steps = points[-1] + np.vstack([np.zeros(3), np.eye(3) * 0.01])
-                            moved, _ = project_view(model, data, view, size, steps)
-                            coverage[view.name].add_first(pixels, moved)
+                            goal = project_view(model, data, view, size, steps)[0]
+                        coverage[view.name].add(pixels, inside, size, goal)
                     step = task.step(task.expert_action())
-                    if step.success and success_at is None:
-                        success_at = tick
-                    if step.done or (success_at is not None
-                                     and tick >= success_at + opts.after_success):  # fmt: skip
+                    if step.strict_success and strict_at is None:
+                        strict_at = tick
+                    if step.done or (strict_at is not None and tick >= strict_at + LINGER):
                         break
+                for figures in coverage.values():  # a failed episode is never recorded
+                    if strict_at is None:
+                        figures.drop()
+                    else:
+                        figures.keep()
+                failed += strict_at is None
         finally:
             task.close()
         for camera, figures in coverage.items():
@@ -117,7 +138,7 @@ def main() -> None:
             emit("in_view", float(inside.mean()), "fraction", task=name, camera=camera,
                  seeds=[opts.seed, opts.seed + opts.episodes - 1], image_size=list(size),
                  margin_px=round(float(margins.min()), 1),
-                 spread_px=round(float(np.median(figures.spreads)), 1),
+                 spread_px=round(float(np.median(figures.spreads)), 1), expert_failed=failed,
                  px_per_cm=round(float(np.median(figures.scales)), 2))  # fmt: skip
 
 

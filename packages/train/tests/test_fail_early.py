@@ -30,8 +30,7 @@ CASES = {
     ),
     "camera_string": (
         ["data.datasets.eva_bimanual.cameras=front_1"],
-        "data.datasets.eva_bimanual.cameras: a list of camera names, e.g. [front_1]; got "
-        "'front_1'",
+        "data.datasets.eva_bimanual.cameras: a list of camera names, e.g. [front_1]; got 'front_1'",
     ),
     "layout": (
         ["data.datasets.eva_bimanual.layout=joints"],

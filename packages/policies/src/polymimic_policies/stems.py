@@ -71,6 +71,11 @@ def _sincos_2d(height: int, width: int, dim: int, device: torch.device) -> torch
     return nn.functional.pad(grid, (0, dim - 4 * quarter))
 
 
+def placed(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """(B, height * width, D) tokens of a (height, width) map, row by row, plus their place."""
+    return tokens + _sincos_2d(height, width, tokens.shape[-1], tokens.device).to(tokens)
+
+
 class SmallViT(nn.Module):
     """Patches -> tokens through a few pre-norm blocks; (B, 3, H, W) -> (B, N, width)."""
 
@@ -84,7 +89,7 @@ class SmallViT(nn.Module):
         patches = self.patchify(x)
         height, width = patches.shape[-2:]
         tokens = patches.flatten(2).transpose(1, 2)
-        tokens = tokens + _sincos_2d(height, width, tokens.shape[-1], tokens.device).to(tokens)
+        tokens = placed(tokens, height, width)
         for block in self.blocks:
             tokens = block(tokens)
         return self.norm(tokens).transpose(1, 2).reshape(x.shape[0], -1, height, width)
@@ -163,7 +168,7 @@ class ImageStem(nn.Module):
         tokens = self.project(features.flatten(2).transpose(1, 2))
         if self.image_positions:
             height, width = features.shape[-2:]
-            tokens = tokens + _sincos_2d(height, width, tokens.shape[-1], tokens.device).to(tokens)
+            tokens = placed(tokens, height, width)
         return tokens
 
 

@@ -4,6 +4,7 @@ from .camera_frames import project_view as project_view
 from .episodes import Outcome as Outcome
 from .episodes import wilson_interval as wilson_interval
 from .parallel import evaluate_parallel as evaluate_parallel
+from .recording import LINGER as LINGER
 from .recording import record as record
 from .rendering import RenderingError as RenderingError
 from .rollouts import describe as describe

@@ -70,8 +70,11 @@ def project_view(
 
     `view`: one of a task's `views` (rendering.View: a model camera, narrowed or not), in
     MuJoCo `model` and `data` as they stand; `size`: the frame's (H, W). The same pinhole
-    the renderer draws with, so a point lands on its own pixels.
+    the renderer draws with, so a point lands on its own pixels. ValueError for a camera
+    its field of view does not set (orthographic, or a sensor's intrinsics).
     """
+    if model.cam_orthographic[view.index] or model.cam_sensorsize[view.index].any():
+        raise ValueError(f"camera {view.name!r}: orthographic or a sensor's; not a pinhole")
     return project(camera_pose(data, view.index), view.fovy_in(model), size, points)
 
 

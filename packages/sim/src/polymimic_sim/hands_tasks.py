@@ -120,7 +120,7 @@ class HandsTask(AlohaScene):
 
     def __init__(self, task: str, **options: Any) -> None:
         cameras = options.get("cameras")
-        if cameras is not None and list(cameras) != list(self.default_cameras):
+        if cameras and list(cameras) != list(self.default_cameras):  # none, or []: its own
             raise ValueError(f"cameras: hands/{task} has one camera, {CAMERA!r}; got {cameras}")
         merged: dict[str, Any] = {**options, "cameras": list(self.default_cameras)}
         super().__init__(task, **merged)

@@ -18,12 +18,18 @@ DEFAULT_CAMERAS = ("front_1",)
 def dataset_cameras(spec: Mapping[str, Any]) -> tuple[str, ...]:
     """The cameras a data config's dataset reads: its `cameras`, DEFAULT_CAMERAS if none.
 
-    ValueError for a plain string (`cameras: corner4` would read as six cameras of one
-    letter each); `cameras: auto` is named from the episodes before this is asked.
+    ValueError for a plain string (`cameras: corner4` would read as seven one-character
+    cameras), for `auto` left unnamed (real episodes name it when they are resolved;
+    synthetic data cannot), and for null.
     """
     cameras = spec.get("cameras", DEFAULT_CAMERAS)
-    if isinstance(cameras, str):
-        raise ValueError(f"cameras: a list of camera names, e.g. [{cameras}]; got {cameras!r}")
+    if cameras == "auto":
+        raise ValueError(
+            "cameras: 'auto' takes the cameras the episodes declare, and none were resolved "
+            "from episodes here (synthetic data?); list them"
+        )
+    if cameras is None or isinstance(cameras, str):
+        raise ValueError(f"cameras: a list of camera names, e.g. [front_1]; got {cameras!r}")
     return tuple(str(c) for c in cameras)
 
 
