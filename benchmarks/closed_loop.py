@@ -65,7 +65,7 @@ HEADLINES = {
         ("data.sim_task=aloha/insertion",),
     ),
     "mt10": Headline(
-        "metaworld/mt10", "sim_metaworld_mt10", 50, 6000, 20,
+        "metaworld/mt10", "sim_metaworld_mt10", 50, 10000, 20,
         "MT50: SmolVLA 68%, pi0 ~50%, Diffusion Policy ~10%",
     ),
 }  # fmt: skip
