@@ -93,16 +93,19 @@ def test_recording_again_keeps_what_is_there(reach_episodes: Path) -> None:
 
 def test_a_narrowed_recording_resumed_without_its_cameras_is_refused(tmp_path: Path) -> None:
     narrowed = ["corner4_fov40"]
-    record(TASK, tmp_path, episodes=1, image_size=SIZE, cameras=narrowed, progress=False)
+    # In worker processes: this process's registry may hold the embodiment declared with
+    # corner2 (the other tests' episodes), and a declaration is registered once per process.
+    record(TASK, tmp_path, episodes=2, image_size=SIZE, cameras=narrowed, progress=False,
+           workers=2)  # fmt: skip
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     with pytest.raises(ValueError, match=r"recorded with cameras \['corner4_fov40'\], not "
                        r"\['corner2'\] \(the task's default: name its cameras"):  # fmt: skip
-        record(TASK, tmp_path, episodes=2, image_size=SIZE, progress=False)
+        record(TASK, tmp_path, episodes=3, image_size=SIZE, progress=False)
     with pytest.raises(ValueError, match=r"not \['corner2'\] \(the task's default"):
-        record(TASK, tmp_path, episodes=2, image_size=SIZE, cameras=[], progress=False)
+        record(TASK, tmp_path, episodes=3, image_size=SIZE, cameras=[], progress=False)
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before  # none added
-    again = record(TASK, tmp_path, episodes=1, image_size=SIZE, cameras=narrowed, progress=False)
-    assert len(again.kept) == 1
+    again = record(TASK, tmp_path, episodes=2, image_size=SIZE, cameras=narrowed, progress=False)
+    assert len(again.kept) == 2 and again.written == []
 
 
 @pytest.mark.parametrize("family", FAMILIES)
