@@ -87,6 +87,12 @@ def test_a_camera_its_field_of_view_does_not_set_is_refused_narrowed(camera):
     assert camera_view(model, base_camera(camera)).fovy is None  # itself, as it is: drawn
     with pytest.raises(ValueError, match=rf"'{camera}': .* is orthographic or has a sensor's"):
         camera_view(model, camera)
+    data = mujoco.MjData(model)  # pyright: ignore[reportAttributeAccessIssue]
+    itself = camera_view(model, base_camera(camera))
+    with pytest.raises(ValueError, match=rf"'{itself.name}': orthographic or a sensor's"):
+        project_view(model, data, itself, (8, 8), np.zeros(3))  # no pinhole to project with
+    (_, inside) = project_view(model, data, camera_view(model, "perspective"), (8, 8), np.eye(3))
+    assert inside.shape == (3,)
     narrowed = View("perspective_fov30", "perspective", 0, 30.0)
     assert camera_view(model, "perspective_fov30") == narrowed
 

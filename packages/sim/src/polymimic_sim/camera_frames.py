@@ -20,6 +20,7 @@ from polymimic_data.geometry import (
     pose_to_matrix,
     quat_to_matrix,
 )
+from polymimic_sim.rendering import is_pinhole
 
 # MuJoCo's camera axes to the project's: x kept, y and z flipped (the same matrix both ways)
 _FLIP = np.diag([1.0, -1.0, -1.0])
@@ -73,7 +74,7 @@ def project_view(
     the renderer draws with, so a point lands on its own pixels. ValueError for a camera
     its field of view does not set (orthographic, or a sensor's intrinsics).
     """
-    if model.cam_orthographic[view.index] or model.cam_sensorsize[view.index].any():
+    if not is_pinhole(model, view.index):
         raise ValueError(f"camera {view.name!r}: orthographic or a sensor's; not a pinhole")
     return project(camera_pose(data, view.index), view.fovy_in(model), size, points)
 

@@ -125,6 +125,14 @@ class View:
         return float(model.cam_fovy[self.index]) if self.fovy is None else self.fovy
 
 
+def is_pinhole(model: Any, index: int) -> bool:
+    """Whether camera `index` of `model` is a pinhole whose `cam_fovy` sets its view.
+
+    Not one that is orthographic, nor one given by a sensor's intrinsics (`cam_sensorsize`).
+    """
+    return not (model.cam_orthographic[index] or model.cam_sensorsize[index].any())
+
+
 def camera_view(model: Any, camera: str) -> View:
     """The view a camera name asks of `model`: the model camera it draws from, the field of view.
 
@@ -148,7 +156,7 @@ def camera_view(model: Any, camera: str) -> View:
     if not 0 < fovy < 180:
         raise ValueError(f"camera {camera!r}: a field of view in (0, 180) degrees, got {fovy:g}")
     index = model.camera(narrowed["base"]).id
-    if model.cam_orthographic[index] or model.cam_sensorsize[index].any():
+    if not is_pinhole(model, index):
         raise ValueError(
             f"camera {camera!r}: {narrowed['base']!r} is orthographic or has a sensor's "
             "intrinsics; its field of view does not set its view, so it cannot be narrowed"
