@@ -150,8 +150,8 @@ def _pairs() -> list:
 def _recorded(task: str) -> Path:
     """Scripted demonstrations recorded once per test process, removed when it exits.
 
-    Recorded with every camera that a data config training on them reads (the embodiment
-    they declare is registered once per process, cameras and all, for every config).
+    Recorded with every camera that a data config training on them reads, so one recording
+    serves every config (an episode is refused a camera it was not recorded with).
     """
     import atexit
     import shutil

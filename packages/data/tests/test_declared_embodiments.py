@@ -76,6 +76,24 @@ def test_the_same_declaration_twice_is_one_embodiment_a_different_one_is_refused
     assert "differently" in problems[0][1]
 
 
+def test_a_view_is_not_an_embodiment_the_same_robot_through_two_cameras_is_one(
+    tmp_path,
+) -> None:
+    top = _write(tmp_path, "top", _declaration("test/arm_views", cameras=("top",)))
+    _write(tmp_path, "wrist", _declaration("test/arm_views", cameras=("wrist", "top")), seed=1)
+    episodes = resolve_episodes(tmp_path, embodiment="test/arm_views")  # one process, both
+    assert len(episodes) == 2
+    assert get_embodiment("test/arm_views").cameras == ("top", "wrist")  # all those declared
+    assert declare(_declaration("test/arm_views", cameras=("top",))).cameras == ("top", "wrist")
+    dataset = EpisodeDataset(episodes, embodiment="test/arm_views", cameras=("top",), horizon=4)
+    assert len(dataset.episodes) == 2  # both hold top
+    with pytest.raises(ValueError, match=rf"episode {top}: cameras \['wrist'\] are not among "
+                       r"those it was recorded with \(\['top'\]\)"):  # fmt: skip
+        EpisodeDataset(episodes, embodiment="test/arm_views", cameras=("wrist",), horizon=4)
+    with pytest.raises(DeclarationError, match=r"\(keys, fps or channel groups differ\)"):
+        declare(_declaration("test/arm_views", width=4, cameras=("top",)))
+
+
 def test_a_malformed_declaration_names_what_is_missing() -> None:
     bad = _declaration("test/arm_c")
     del bad["actions"]

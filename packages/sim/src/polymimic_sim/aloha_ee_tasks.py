@@ -10,8 +10,8 @@ the `top` camera's (it looks straight down: a level gripper sits at w = 0).
 `aloha_ego/<task>` is the same robot seen as eva sees, through a camera on its head
 (`front_1`, aria's name, as eva wears an Aria): fixed where a seated person's eyes would be,
 the viewpoint of the person's egocentric camera in `hands/<task>` without the head's motion,
-the arms drawn. Its poses are in that camera's frame. It is its own embodiment
-(`sim/aloha_ego`): a declaration names its cameras, and one name has one declaration.
+the arms drawn. Its poses are in that camera's frame, so it is its own embodiment
+(`sim/aloha_ego`): its state and actions mean other things than `sim/aloha_ee`'s.
 
 `aloha_ego_masked/<task>` is `aloha_ego` with the arms masked the way `hands/<task>` draws
 them (the arms not drawn, the grippers skin-coloured; collisions unchanged): the sim's

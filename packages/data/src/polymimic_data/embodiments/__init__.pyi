@@ -5,6 +5,7 @@ from .declared import DeclarationError as DeclarationError
 from .declared import check_declaration as check_declaration
 from .declared import declaration_key as declaration_key
 from .declared import declare as declare
+from .declared import declared_cameras as declared_cameras
 from .declared import declared_names as declared_names
 from .declared import embodiment_from_declaration as embodiment_from_declaration
 from .declared import layout_name as layout_name
@@ -12,6 +13,7 @@ from .registry import CameraIntrinsics as CameraIntrinsics
 from .registry import Embodiment as Embodiment
 from .registry import LayoutRecipe as LayoutRecipe
 from .registry import VectorRecipe as VectorRecipe
+from .registry import add_cameras as add_cameras
 from .registry import camera_intrinsics as camera_intrinsics
 from .registry import get_embodiment as get_embodiment
 from .registry import register_embodiment as register_embodiment

@@ -7,18 +7,26 @@ registers its embodiment and layout, so the loader and the policy know it withou
 source dataset. The resolver (episodes.resolver) is the one place that registers: once per
 distinct declaration among the episodes it returns; the same declaration again is a no-op,
 a different one under the same name an error naming the episode.
+
+Cameras are not part of an embodiment's identity: they are which views a recording kept (a
+sim task recorded through `corner2` and again through `corner4_fov40` is one robot, one
+action space). Declarations that differ only in their cameras are one embodiment, whose
+cameras are all those declared; what one episode holds is its own declaration's
+(`declared_cameras`), checked by the loader before it reads.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from polymimic_data.embodiments.registry import (
     Embodiment,
     LayoutRecipe,
     VectorRecipe,
+    add_cameras,
     get_embodiment,
     register_embodiment,
 )
@@ -128,7 +136,8 @@ def check_declaration(
     """The embodiment and layout a declaration describes, and the one registered under its name.
 
     The last is None where none is; DeclarationError, naming `source`, where the declaration
-    is malformed or differs from the registered one. Registers nothing.
+    is malformed or differs from the registered one in more than its cameras (keys, fps,
+    channel groups). Registers nothing.
     """
     where = f"{source}: " if source else ""
     try:
@@ -143,20 +152,24 @@ def check_declaration(
         known = get_embodiment(embodiment.name)
     except KeyError:
         known = None
-    if known is not None and (known != embodiment or known.layout() != layout):
+    same = known is not None and replace(known, cameras=embodiment.cameras) == embodiment
+    if known is not None and (not same or known.layout() != layout):
         raise DeclarationError(
             f"{where}declares embodiment {embodiment.name!r} differently from the one "
-            "already registered (keys, cameras, fps or channel groups differ); import it "
+            "already registered (keys, fps or channel groups differ); import it "
             "under another name (`import-lerobot --embodiment NAME`)"
         )
     return embodiment, layout, known
 
 
 def declare(declaration: Mapping[str, Any], *, source: str = "") -> Embodiment:
-    """Register the declared embodiment and its layout (idempotent); the registered one."""
+    """Register the declared embodiment and its layout (idempotent); the registered one.
+
+    One registered already, differing only in cameras, gains the cameras it lacks.
+    """
     embodiment, layout, known = check_declaration(declaration, source=source)
     if known is not None:
-        return known
+        return add_cameras(known.name, embodiment.cameras)
     try:
         register_layout(layout)
     except ValueError as exc:
@@ -179,6 +192,12 @@ def declared_names(attrs_of_episodes: Iterable[Mapping[str, Any]]) -> list[str]:
         if name and name not in names:
             names.append(name)
     return names
+
+
+def declared_cameras(attrs: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The cameras an episode's declaration says it holds, or None where it has none."""
+    declaration = attrs.get(DECLARATION)
+    return tuple(str(c) for c in declaration.get("cameras") or ()) if declaration else None
 
 
 def declared_channel_names(attrs: Mapping[str, Any], key: str, width: int) -> list[str] | None:

@@ -5,7 +5,8 @@ Adding an embodiment is registering one `Embodiment`; nothing else changes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -162,6 +163,19 @@ def register_embodiment(embodiment: Embodiment) -> Embodiment:
             )
     _REGISTRY[key] = embodiment
     return embodiment
+
+
+def add_cameras(name: str, cameras: Sequence[str]) -> Embodiment:
+    """The registered embodiment `name` with `cameras` it lacks added after its own; registered.
+
+    A camera is a dataset's choice, not part of what an embodiment is: the same robot recorded
+    through another view is the same embodiment (declared.declare).
+    """
+    known = get_embodiment(name)
+    added = tuple(c for c in dict.fromkeys(cameras) if c not in known.cameras)
+    if added:
+        _REGISTRY[known.name.lower()] = known = replace(known, cameras=known.cameras + added)
+    return known
 
 
 def get_embodiment(name: str) -> Embodiment:
