@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from polymimic_data import EpisodeInfo, registered_embodiments, resolve_episodes
-from polymimic_data.embodiments import dataset_cameras, declared_names, get_embodiment
+from polymimic_data.embodiments import (
+    dataset_cameras,
+    declared_cameras,
+    declared_names,
+    get_embodiment,
+)
 from polymimic_data.episodes import job_cache_dir
 from polymimic_data.store import (
     RemoteRootError,
@@ -127,6 +132,27 @@ def _name_auto(name: str, spec: MutableMapping[str, Any], found: list[EpisodeInf
     return declared[0]  # a dataset is named after its embodiment
 
 
+def _cameras_auto(name: str, found: list[EpisodeInfo]) -> list[str] | None:
+    """`cameras: auto` for declared episodes: the cameras every one of them was recorded with.
+
+    Not the embodiment's: a declared embodiment has every camera any of its episodes
+    declared in this process, which other folders may have added. None where no episode
+    declares its cameras (a built-in embodiment: all of its own); ConfigError where some
+    hold cameras and all of them share none.
+    """
+    held = {e.path: c for e in found if (c := declared_cameras(e.attrs)) is not None}
+    if not held:
+        return None
+    shared = [c for c in next(iter(held.values())) if all(c in h for h in held.values())]
+    if not shared and any(held.values()):
+        listed = "; ".join(f"{path} holds {list(c)}" for path, c in list(held.items())[:4])
+        raise ConfigError(
+            f"data.datasets.{name}.cameras: auto takes the cameras all its episodes hold, and "
+            f"they share none ({listed}). Name the cameras, or filter the episodes"
+        )
+    return shared
+
+
 def _resolve(roots: list[Path], filters: Mapping[str, Any], cache: Path) -> list[EpisodeInfo]:
     try:
         return resolve_episodes(roots, filters=filters, cache_dir=cache)
@@ -138,7 +164,8 @@ def resolve_real_datasets(data: MutableMapping[str, Any], cache_dir: str | Path)
     """Each dataset's episodes under `data.roots`, one resolve per dataset.
 
     In place, `embodiment: auto` becomes the embodiment the episodes declare (and the
-    dataset is renamed after it) and `cameras: auto` all of its cameras. A dataset whose
+    dataset is renamed after it) and `cameras: auto` the cameras they all hold (a built-in
+    embodiment's: all of its cameras). A dataset whose
     embodiment nothing declares is left for check_config to name.
     """
     cache = index_cache(cache_dir)
@@ -160,7 +187,8 @@ def resolve_real_datasets(data: MutableMapping[str, Any], cache_dir: str | Path)
             found = [e for e in found if e.embodiment == wanted]
         registered = wanted in set(registered_embodiments())  # now, with the declared ones
         if spec.get("cameras") == AUTO and registered:
-            spec["cameras"] = list(get_embodiment(wanted).cameras)
+            shared = _cameras_auto(name, found)
+            spec["cameras"] = list(get_embodiment(wanted).cameras) if shared is None else shared
         if not found and registered:
             given = [str(r) for r in data.get("roots") or []]  # URLs as given, not mirrors
             raise ConfigError(
