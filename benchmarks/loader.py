@@ -54,7 +54,7 @@ from headline import machine
 from torch.utils.data import DataLoader
 
 from polymimic_data import EpisodeDataset, EpisodeReader, collate_samples, resolve_episodes
-from polymimic_data.embodiments import get_embodiment
+from polymimic_data.embodiments import get_embodiment, lacking_cameras
 from polymimic_data.samples import (
     ShuffledOrder,
     make_dataloader,
@@ -517,12 +517,15 @@ def slot_alignment_figures(dataset: EpisodeDataset, frames: int = 32, rounds: in
 
 
 def root_dataset(root: Path, **kwargs: Any) -> EpisodeDataset:
-    """Every camera of the first embodiment found under `root`, 2 state steps, 16 actions."""
+    """The first embodiment found under `root`, the cameras all its episodes hold, 2 state
+    steps, 16 actions."""
     episodes = resolve_episodes(root)
     embodiment = episodes[0].embodiment
     episodes = [e for e in episodes if e.embodiment == embodiment]
     cameras = tuple(
-        c for c in get_embodiment(embodiment).cameras if (episodes[0].path / f"images.{c}").exists()
+        c
+        for c in get_embodiment(embodiment).cameras
+        if (episodes[0].path / f"images.{c}").exists() and not lacking_cameras(episodes, [c])
     )
     return EpisodeDataset(
         episodes, embodiment=embodiment, cameras=cameras, history=2, horizon=16, **kwargs

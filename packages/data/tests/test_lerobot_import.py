@@ -197,8 +197,6 @@ def test_a_v2_dataset_is_named_as_such(tmp_path: Path) -> None:
 
 def test_the_command_takes_episodes_and_cameras(tmp_path: Path, capsys) -> None:
     src, dest = tmp_path / "src", tmp_path / "dest"
-    # a robot of its own: the registry is per process, and the train tests import koch with
-    # both cameras (one camera is another declaration under the same name, refused)
     write_lerobot_dataset(src, episodes=3, frames=[10, 11, 12], robot_type="so100")
     code = cli(["import-lerobot", str(src), str(dest), "--episodes", "1-2", "--cameras", "top"])
     assert code == 0

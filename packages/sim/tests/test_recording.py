@@ -96,10 +96,10 @@ def test_a_narrowed_recording_resumed_without_its_cameras_is_refused(
 ) -> None:
     # In this process the task's embodiment is registered as declared with corner2 first: a
     # view is not part of what the robot is, so recording it through another is no conflict.
-    (corner2,) = {e.embodiment for e in resolve_episodes(reach_episodes)}
+    (embodiment,) = {e.embodiment for e in resolve_episodes(reach_episodes)}
     narrowed = ["corner4_fov40"]
     record(TASK, tmp_path, episodes=1, image_size=SIZE, cameras=narrowed, progress=False)
-    assert {e.embodiment for e in resolve_episodes(tmp_path)} == {corner2}  # one embodiment
+    assert {e.embodiment for e in resolve_episodes(tmp_path)} == {embodiment}  # the same one
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     with pytest.raises(ValueError, match=r"recorded with cameras \['corner4_fov40'\], not "
                        r"\['corner2'\] \(the task's default: name its cameras"):  # fmt: skip

@@ -91,8 +91,10 @@ def test_a_camera_its_field_of_view_does_not_set_is_refused_narrowed(camera):
     itself = camera_view(model, base_camera(camera))
     with pytest.raises(ValueError, match=rf"'{itself.name}': orthographic or a sensor's"):
         project_view(model, data, itself, (8, 8), np.zeros(3))  # no pinhole to project with
-    (_, inside) = project_view(model, data, camera_view(model, "perspective"), (8, 8), np.eye(3))
-    assert inside.shape == (3,)
+    mujoco.mj_forward(model, data)  # pyright: ignore[reportAttributeAccessIssue]
+    ahead = np.array([[0.0, 0.0, -1.0], [0.0, 0.0, 1.0]])  # a MuJoCo camera looks along -z
+    (_, inside) = project_view(model, data, camera_view(model, "perspective"), (8, 8), ahead)
+    assert inside.tolist() == [True, False]  # in front of the pinhole, and behind it
     narrowed = View("perspective_fov30", "perspective", 0, 30.0)
     assert camera_view(model, "perspective_fov30") == narrowed
 

@@ -48,6 +48,19 @@ def test_cameras_auto_are_those_its_episodes_hold_not_all_the_process_met(tmp_pa
     _record(tmp_path / "apart", ["wrist"])
     _record(tmp_path / "apart", ["front"])
     with pytest.raises(ConfigError, match=r"data.datasets.views.cameras: auto takes the cameras "
-                       r"all its episodes hold, and they share none \(.*front0.zarr holds "
-                       r"\['front'\]"):  # fmt: skip
+                       r"all its episodes hold, and they share none \(2 hold \['front'\], e.g. "
+                       r".*apart/front0.zarr; 2 hold \['wrist'\]"):  # fmt: skip
         _auto(tmp_path / "apart", tmp_path / "cache")
+
+
+def test_cameras_named_that_some_episodes_lack_are_a_config_error_naming_one(tmp_path) -> None:
+    _record(tmp_path / "mixed", ["top", "wrist"])
+    _record(tmp_path / "mixed", ["top"], count=3)
+    data = {"roots": [str(tmp_path / "mixed")],
+            "datasets": {"views": {"embodiment": NAME, "cameras": ["top", "wrist"]}}}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"data.datasets.views.cameras: \['top', 'wrist'\], "
+                       r"but episode .*mixed/top0.zarr was recorded without \['wrist'\] \(it "
+                       r"holds \['top'\]\); 2 more episodes lack some"):  # fmt: skip
+        resolve_real_datasets(data, tmp_path / "cache")
+    data["datasets"]["views"]["cameras"] = ["top"]  # those all of them hold
+    assert len(resolve_real_datasets(data, tmp_path / "cache")["views"]) == 5

@@ -121,7 +121,7 @@ def _check_datasets(data: DictConfig, *, resolved: bool = True) -> None:
                 f"choose one of {list(embodiment.layouts)}"
             )
         if spec.get("cameras") == "auto" and not resolved:
-            cameras = []  # all of the embodiment's, named once the episodes are resolved
+            cameras = []  # those all its episodes hold, named once they are resolved
         else:
             try:
                 cameras = list(dataset_cameras(spec))

@@ -10,6 +10,7 @@ node copying (see polymimic_data.store.sync_remote_episodes), and resolved there
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from polymimic_data.embodiments import (
     declared_cameras,
     declared_names,
     get_embodiment,
+    lacking_cameras,
 )
 from polymimic_data.episodes import job_cache_dir
 from polymimic_data.store import (
@@ -140,17 +142,37 @@ def _cameras_auto(name: str, found: list[EpisodeInfo]) -> list[str] | None:
     declares its cameras (a built-in embodiment: all of its own); ConfigError where some
     hold cameras and all of them share none.
     """
-    held = {e.path: c for e in found if (c := declared_cameras(e.attrs)) is not None}
+    held = [(e.path, c) for e in found if (c := declared_cameras(e.attrs)) is not None]
     if not held:
         return None
-    shared = [c for c in next(iter(held.values())) if all(c in h for h in held.values())]
-    if not shared and any(held.values()):
-        listed = "; ".join(f"{path} holds {list(c)}" for path, c in list(held.items())[:4])
+    shared = [c for c in held[0][1] if all(c in cameras for _, cameras in held)]
+    if not shared and any(cameras for _, cameras in held):
+        sets = Counter(cameras for _, cameras in held)
+        example = {cameras: path for path, cameras in reversed(held)}  # the first of each
+        listed = "; ".join(
+            f"{count} hold {list(cameras)}, e.g. {example[cameras]}"
+            for cameras, count in sets.most_common(4)
+        )
         raise ConfigError(
             f"data.datasets.{name}.cameras: auto takes the cameras all its episodes hold, and "
-            f"they share none ({listed}). Name the cameras, or filter the episodes"
+            f"they share none ({listed}). Filter the episodes (data.datasets.{name}.filters) "
+            "or give each recording its own dataset"
         )
     return shared
+
+
+def _check_held(name: str, spec: Mapping[str, Any], found: list[EpisodeInfo]) -> None:
+    """ConfigError where a dataset's declared episodes were recorded without its cameras."""
+    try:
+        cameras = dataset_cameras(spec)
+    except ValueError:
+        return  # check_config names it
+    lacking = lacking_cameras(found, cameras)
+    if lacking:
+        raise ConfigError(
+            f"data.datasets.{name}.cameras: {list(cameras)}, but {lacking}. Name cameras they "
+            f"hold (cameras: auto takes those all of them hold), or filter the episodes"
+        )
 
 
 def _resolve(roots: list[Path], filters: Mapping[str, Any], cache: Path) -> list[EpisodeInfo]:
@@ -189,6 +211,8 @@ def resolve_real_datasets(data: MutableMapping[str, Any], cache_dir: str | Path)
         if spec.get("cameras") == AUTO and registered:
             shared = _cameras_auto(name, found)
             spec["cameras"] = list(get_embodiment(wanted).cameras) if shared is None else shared
+        else:
+            _check_held(name, spec, found)
         if not found and registered:
             given = [str(r) for r in data.get("roots") or []]  # URLs as given, not mirrors
             raise ConfigError(

@@ -8,6 +8,7 @@ from .declared import declare as declare
 from .declared import declared_cameras as declared_cameras
 from .declared import declared_names as declared_names
 from .declared import embodiment_from_declaration as embodiment_from_declaration
+from .declared import lacking_cameras as lacking_cameras
 from .declared import layout_name as layout_name
 from .registry import CameraIntrinsics as CameraIntrinsics
 from .registry import Embodiment as Embodiment

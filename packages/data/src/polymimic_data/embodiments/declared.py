@@ -6,7 +6,7 @@ a layout of named channel groups, the cameras and the fps. Meeting such an episo
 registers its embodiment and layout, so the loader and the policy know it without the
 source dataset. The resolver (episodes.resolver) is the one place that registers: once per
 distinct declaration among the episodes it returns; the same declaration again is a no-op,
-a different one under the same name an error naming the episode.
+one under the same name differing in more than its cameras an error naming the episode.
 
 Cameras are not part of an embodiment's identity: they are which views a recording kept (a
 sim task recorded through `corner2` and again through `corner4_fov40` is one robot, one
@@ -18,7 +18,7 @@ cameras are all those declared; what one episode holds is its own declaration's
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -156,7 +156,8 @@ def check_declaration(
     if known is not None and (not same or known.layout() != layout):
         raise DeclarationError(
             f"{where}declares embodiment {embodiment.name!r} differently from the one "
-            "already registered (keys, fps or channel groups differ); import it "
+            "already registered (more than its cameras differ: its keys, frame, rotation, "
+            "fps, family or channel groups); import it "
             "under another name (`import-lerobot --embodiment NAME`)"
         )
     return embodiment, layout, known
@@ -198,6 +199,28 @@ def declared_cameras(attrs: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The cameras an episode's declaration says it holds, or None where it has none."""
     declaration = attrs.get(DECLARATION)
     return tuple(str(c) for c in declaration.get("cameras") or ()) if declaration else None
+
+
+def lacking_cameras(episodes: Iterable[Any], cameras: Sequence[str]) -> str | None:
+    """Why some of `episodes` cannot give `cameras`, or None where each can.
+
+    `episodes`: each with `.path` and `.attrs` (EpisodeInfo). An episode that declares its
+    embodiment holds the cameras its declaration names; one that does not is judged by its
+    files when read. The reason names the first episode lacking a camera, the cameras it
+    holds, and how many more lack one.
+    """
+    lacking = []
+    for episode in episodes:
+        held = declared_cameras(episode.attrs)
+        if held is not None and any(c not in held for c in cameras):
+            lacking.append((episode, held))
+    if not lacking:
+        return None
+    episode, held = lacking[0]
+    missing = [c for c in cameras if c not in held]
+    others = len(lacking) - 1
+    more = f"; {others} more episode{' lacks' if others == 1 else 's lack'} some" if others else ""
+    return f"episode {episode.path} was recorded without {missing} (it holds {list(held)}){more}"
 
 
 def declared_channel_names(attrs: Mapping[str, Any], key: str, width: int) -> list[str] | None:

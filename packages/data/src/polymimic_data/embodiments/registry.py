@@ -169,7 +169,9 @@ def add_cameras(name: str, cameras: Sequence[str]) -> Embodiment:
     """The registered embodiment `name` with `cameras` it lacks added after its own; registered.
 
     A camera is a dataset's choice, not part of what an embodiment is: the same robot recorded
-    through another view is the same embodiment (declared.declare).
+    through another view is the same embodiment (declared.declare, its one caller, for
+    declared embodiments; a built-in's cameras are its code's). Which cameras one episode
+    holds is its own declaration's (declared.lacking_cameras).
     """
     known = get_embodiment(name)
     added = tuple(c for c in dict.fromkeys(cameras) if c not in known.cameras)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from polymimic_data.embodiments.declared import declared_cameras
+from polymimic_data.embodiments.declared import lacking_cameras
 from polymimic_data.embodiments.registry import get_embodiment
 from polymimic_data.episodes.resolver import EpisodeInfo
 from polymimic_data.geometry.layouts import Layout
@@ -86,14 +86,9 @@ class EpisodeDataset(Dataset[Sample]):
             raise ValueError(
                 f"cameras {unknown} are not cameras of {self.spec.name} ({list(self.spec.cameras)})"
             )
-        for episode in self.episodes:  # a declared one holds the cameras its declaration names
-            held = declared_cameras(episode.attrs)
-            lacking = [c for c in cameras if held is not None and c not in held]
-            if lacking:
-                raise ValueError(
-                    f"episode {episode.path}: cameras {lacking} are not among those it was "
-                    f"recorded with ({list(held or ())}); read those, or record it again"
-                )
+        lacking = lacking_cameras(self.episodes, cameras)  # each holds what it declares
+        if lacking:
+            raise ValueError(f"cameras {list(cameras)}: {lacking}")
         self.recipe = self.spec.recipe(layout or self.spec.default_layout)
         self.layout: Layout = self.spec.layout(self.recipe.layout)
         self.cameras = tuple(cameras)
