@@ -57,6 +57,7 @@ from polymimic_data import EpisodeDataset, EpisodeReader, collate_samples, resol
 from polymimic_data.embodiments import get_embodiment, lacking_cameras
 from polymimic_data.samples import (
     ShuffledOrder,
+    decode_threads,
     make_dataloader,
     off_boundary,
     tune_worker_allocator,
@@ -664,6 +665,11 @@ def scale_figures(root: Path, samples: int, batches: int, rounds: int = 5) -> No
     template = root_dataset(root)
     pack_dir = Path(tempfile.mkdtemp(prefix="polymimic-pack-"))
 
+    # As worker 0 of SCALE_WORKERS decodes: with the threads such a worker takes here, not a
+    # process without workers' (whose pool of threads reads each sample's frame headers to
+    # choose whether to use it, a cost no such worker pays)
+    threads = decode_threads(len(template.cameras), len(os.sched_getaffinity(0)), SCALE_WORKERS)
+
     def fresh(pack: bool = False, **overrides: Any) -> EpisodeDataset:
         dataset = EpisodeDataset(
             template.episodes,
@@ -671,6 +677,7 @@ def scale_figures(root: Path, samples: int, batches: int, rounds: int = 5) -> No
             cameras=template.cameras,
             history=template.history,
             horizon=template.horizon,
+            decode_threads=threads,
             **overrides,
         )
         if pack:
