@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,13 +19,17 @@ class EpisodeIndex:
         if (counts < 0).any():
             raise ValueError("frame counts must be non-negative")
         self._ends = np.cumsum(counts)
+        # As Python ints too: a lookup per sample is a bisect of a list, not a numpy call
+        # (0.3 us against 3 us).
+        self._ends_list: list[int] = self._ends.tolist()
+        self._len = self._ends_list[-1] if self._ends_list else 0
 
     def __len__(self) -> int:
-        return int(self._ends[-1]) if len(self._ends) else 0
+        return self._len
 
     def locate(self, index: int) -> tuple[int, int]:
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample {index} out of range for {len(self)} samples")
-        episode = int(np.searchsorted(self._ends, index, side="right"))
-        start = int(self._ends[episode - 1]) if episode else 0
+        if not 0 <= index < self._len:
+            raise IndexError(f"sample {index} out of range for {self._len} samples")
+        episode = bisect.bisect_right(self._ends_list, index)
+        start = self._ends_list[episode - 1] if episode else 0
         return episode, index - start

@@ -11,6 +11,7 @@ covering it.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -157,6 +158,9 @@ class WindowSampler:
             self.step_offsets = np.arange(horizon) * action_stride
         else:
             self.step_offsets = np.linspace(0.0, action_window - 1, horizon)
+        self._step_offsets: Sequence[float] = self.step_offsets.tolist()
+        steps = np.arange(horizon)
+        self._masks = [steps < k for k in range(horizon + 1)]  # the first k steps (action_mask)
         # Table row 0 is frame + offsets.min() at frame 0 (see row_tables).
         self.state_rows = self.history_offsets - self.history_offsets.min()
         self.action_rows = np.zeros(0, dtype=np.int64)
@@ -190,11 +194,15 @@ class WindowSampler:
         """Frames of the state history and of the action steps (fractional when resampled)."""
         return frame + self.history_offsets, frame + self.step_offsets
 
-    def action_mask(self, steps: np.ndarray, n: int) -> np.ndarray:
-        """Which action steps lie inside an episode of `n` frames (the first always does)."""
-        mask = steps + self.last_offset <= n - 1
-        mask[0] = True  # the first step always exists: at the very end it repeats the last
-        return mask
+    def action_mask(self, frame: int, n: int) -> np.ndarray:
+        """Which action steps of the sample at `frame` lie inside an episode of `n` frames.
+
+        Step j does where frame + step_offsets[j] + last_offset <= n - 1; the first always
+        does (at the very end it repeats the last). The offsets rise, so a mask is its first
+        k steps: one of `horizon` masks made once, copied (a sample's own to keep).
+        """
+        room = n - 1 - self.last_offset - frame
+        return self._masks[max(1, bisect.bisect_right(self._step_offsets, room))].copy()
 
     def row_tables(
         self, tables: dict[str, np.ndarray], arrays: dict[str, np.ndarray], n: int

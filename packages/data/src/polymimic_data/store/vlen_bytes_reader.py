@@ -7,8 +7,9 @@ Covers the layouts real writers make (see zarr_chunks for the codec chains):
   inner codecs `vlen-bytes` + `zstd` (level 0), index codecs `bytes` + `crc32c`;
 - plain chunked arrays, one or many frames to a chunk file.
 
-A frame costs one `pread` and one decompression of its own inner chunk, after each shard's
-index (or each uncompressed chunk's item offsets) is read once. Any other layout falls back
+A frame costs one `pread` (through a file the reader keeps open: zarr_chunks.pread_kept) and
+one decompression of its own inner chunk, after each shard's index (or each uncompressed
+chunk's item offsets) is read once. Any other layout falls back
 to zarr.
 """
 
@@ -33,6 +34,7 @@ from polymimic_data.store.zarr_chunks import (
     decode_bytes,
     file_size,
     pread,
+    pread_kept,
     read_layout,
     shard_index,
 )
@@ -80,6 +82,9 @@ class VlenBytesArrayReader:
             known.shard_indices if known is not None else {}
         )
         self._cache_files = cache_files
+        # Its own, for the files it keeps open (pread_kept): unlike a count, not repeated by
+        # another process (a copy unpickled there gets a token of its own).
+        self._token = object()
         self._paths: dict[int, Path] = {}
         # Inner chunks of several items, decoded: the next frame is usually in the same one.
         self._chunk_cache: OrderedDict[tuple[int, int], np.ndarray | list[bytes]] = OrderedDict()
@@ -180,8 +185,9 @@ class VlenBytesArrayReader:
         if offset == MISSING:
             raise ChunkFileError(f"{path}: the frame is missing from its shard")
         what = "the frame's inner chunk"
-        if self.layout.per_chunk == 1:
-            items = self._decode(pread(path, offset, nbytes), path, what)
+        if self.layout.per_chunk == 1:  # a frame per read: through a file kept open
+            raw = pread_kept((self._token, file_index), path, offset, nbytes)
+            items = self._decode(raw, path, what)
         else:
             read = lambda: pread(path, offset, nbytes)  # noqa: E731
             items = self._decoded_chunk((file_index, chunk), read, path, what)
@@ -204,7 +210,7 @@ class VlenBytesArrayReader:
         if item >= len(offsets):
             raise ChunkFileError(f"{path}: the frame is missing from its chunk")
         start, length = offsets[item].tolist()
-        return pread(path, start, length)
+        return pread_kept((self._token, file_index), path, start, length)
 
     def get(self, i: int) -> bytes:
         if self.mode == "sharded":

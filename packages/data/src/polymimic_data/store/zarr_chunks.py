@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +154,56 @@ def pread(path: Path, offset: int, size: int) -> bytes:
         data = os.pread(fd, size, offset)
     finally:
         os.close(fd)
+    if len(data) != size:
+        raise ChunkFileError(
+            f"{path}: truncated (wanted {size} bytes at {offset})", whole_file=True
+        )
+    return data
+
+
+KEPT_OPEN = 64  # files each thread keeps open for pread_kept
+
+
+class _Files(OrderedDict[Hashable, int]):
+    """One thread's files kept open (descriptors), closed when it ends (its local dropped)."""
+
+    def __del__(self) -> None:
+        for fd in self.values():
+            os.close(fd)
+
+
+class _KeptOpen(threading.local):
+    """Files kept open by pread_kept, per thread, the least recently read first."""
+
+    def __init__(self) -> None:
+        self.files = _Files()
+
+
+_KEPT = _KeptOpen()
+
+
+def pread_kept(key: Hashable, path: Path, offset: int, size: int) -> bytes:
+    """`pread` through a file kept open under `key`: one syscall, not an open and a close.
+
+    `key` names the file for one reader's life (e.g. a token of the reader's own and the
+    file's number), so a reader reads the inode it first opened, as it reads by the shard
+    index it first read; a reader made later (its episode opened again, e.g. changed on disk)
+    opens the file afresh. Each thread keeps its own KEPT_OPEN files (no thread closes
+    another's), the least recently read closed first. Errors as pread's.
+    """
+    files = _KEPT.files
+    fd = files.get(key)
+    if fd is None:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise ChunkFileError(f"{path}: file is missing", whole_file=True) from None
+        files[key] = fd
+        while len(files) > KEPT_OPEN:
+            os.close(files.popitem(last=False)[1])
+    else:
+        files.move_to_end(key)
+    data = os.pread(fd, size, offset)
     if len(data) != size:
         raise ChunkFileError(
             f"{path}: truncated (wanted {size} bytes at {offset})", whole_file=True
