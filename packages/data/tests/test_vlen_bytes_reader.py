@@ -150,38 +150,49 @@ def test_corrupt_chunk_is_reported(tmp_path: Path) -> None:
 def _open_files(under: Path) -> int:
     """Files of this process open under `under`."""
     fds = Path("/proc/self/fd").iterdir()
-    return sum(1 for fd in fds if str(fd.resolve(strict=False)).startswith(str(under)))
+    return sum(1 for fd in fds if fd.resolve(strict=False).is_relative_to(under))
 
 
 @pytest.mark.parametrize("name", ["polymimic", "chunk_per_frame"])
-def test_a_reader_keeps_its_files_open_and_a_new_reader_reads_what_is_there_now(
+def test_a_loaders_reader_keeps_its_files_open_and_never_reads_a_replaced_one_by_old_offsets(
     tmp_path: Path, name: str, monkeypatch
 ) -> None:
     import pickle
+    import threading
 
     from polymimic_data.store import zarr_chunks
 
     _array(tmp_path / "ep", **LAYOUTS[name][0])
     array_dir = tmp_path / "ep" / "images.front_1"
-    old = VlenBytesArrayReader(array_dir, _no_zarr)
-    assert old.get(3) == ITEMS[3]
+    assert VlenBytesArrayReader(array_dir, _no_zarr).get(3) == ITEMS[3]
+    assert _open_files(tmp_path) == 0  # a one-off reader (validate's) keeps nothing open
+    old = VlenBytesArrayReader(array_dir, _no_zarr, keep_open=True)
+    assert old.get(3) == ITEMS[3] and old.get(3) == ITEMS[3]
     assert _open_files(tmp_path) == 1  # kept open for the next frame: no open and close each
-    assert old.get(3) == ITEMS[3] and _open_files(tmp_path) == 1  # the same one
-    # The array written again, each file replaced (a new inode, as an atomic rewrite makes):
-    # the reader that read its index from the old files reads those (never a mix of the two)
-    # and a reader made now reads the new ones.
+    # The array written again, each file replaced (a new inode, as an atomic rewrite makes).
     changed = [bytes([255 - i]) * len(item) for i, item in enumerate(ITEMS)]
     scratch = _array(tmp_path / "scratch", **LAYOUTS[name][0])
     scratch[:] = np.array(changed, dtype=object)
     for file in (tmp_path / "scratch" / "images.front_1").rglob("*"):
         if file.is_file() and file.name != "zarr.json":
             file.replace(array_dir / file.relative_to(tmp_path / "scratch" / "images.front_1"))
-    assert old.get(3) == ITEMS[3]
-    assert VlenBytesArrayReader(array_dir, _no_zarr).get(3) == changed[3]
-    copy = pickle.loads(pickle.dumps(old))  # a copy in another process reads with its own
-    assert copy._token is not old._token
-    # Each thread keeps at most KEPT_OPEN files, the least recently read closed first.
+    assert old.get(3) == ITEMS[3]  # the file it opened, whose offsets it holds
+    copy = pickle.loads(pickle.dumps(old))  # as a worker gets it: its own files to open
+    with pytest.raises(ChunkFileError, match="replaced on disk since its episode was opened"):
+        copy.get(3)  # the new file by the old one's offsets: refused, not read
+    assert VlenBytesArrayReader(array_dir, _no_zarr, keep_open=True).get(3) == changed[3]
+    # At most KEPT_OPEN a thread, the least recently read closed first; the old reader's
+    # file, closed so, is opened again as the replacement: refused too.
     monkeypatch.setattr(zarr_chunks, "KEPT_OPEN", 2)
-    readers = [VlenBytesArrayReader(array_dir, _no_zarr) for _ in range(4)]
-    assert [r.get(5) for r in readers] == [changed[5]] * 4
-    assert _open_files(tmp_path) <= 2
+    readers = [VlenBytesArrayReader(array_dir, _no_zarr, keep_open=True) for _ in range(3)]
+    assert [r.get(5) for r in readers] == [changed[5]] * 3
+    assert len(zarr_chunks._KEPT.files) == 2 and _open_files(tmp_path) == 2
+    assert readers[-1].get(5) == changed[5] and _open_files(tmp_path) == 2  # kept: no open
+    with pytest.raises(ChunkFileError, match="replaced on disk"):
+        old.get(3)
+    # A thread's kept files are closed when it ends.
+    reader = VlenBytesArrayReader(array_dir, _no_zarr, keep_open=True)
+    thread = threading.Thread(target=reader.get, args=(7,))
+    thread.start()
+    thread.join()
+    assert _open_files(tmp_path) == 2  # this thread's two; the other's closed

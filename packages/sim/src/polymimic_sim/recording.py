@@ -28,7 +28,7 @@ import numpy as np
 import simplejpeg
 from tqdm import tqdm
 
-from polymimic_data.embodiments import DECLARATION, check_declaration
+from polymimic_data.embodiments import DECLARATION, check_declaration, declared_cameras
 from polymimic_data.store import EpisodeReader, EpisodeWriter
 from polymimic_sim.task_types import SimTask
 from polymimic_sim.tasks import default_cameras, make_task, suite_tasks
@@ -172,7 +172,7 @@ def _check_kept(paths: list[Path], cameras: tuple[str, ...], *, given: bool = Tr
     """
     whose = "" if given else " (the task's default: name its cameras to resume that view)"
     for path in paths:
-        held = tuple(EpisodeReader(path).attrs.get(DECLARATION, {}).get("cameras", ()))
+        held = declared_cameras(EpisodeReader(path).attrs) or ()
         if held != cameras:
             raise ValueError(
                 f"{path}: recorded with cameras {list(held)}, not {list(cameras)}{whose}; an "

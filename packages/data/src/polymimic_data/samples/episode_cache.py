@@ -68,7 +68,7 @@ class EpisodeCache:
                 reader, arrays = packed.reader, packed.arrays
                 bad, annotations = packed.bad, packed.annotations
             else:
-                reader = EpisodeReader(info.path)
+                reader = EpisodeReader(info.path, keep_files_open=True)
                 arrays, bad = {}, {}
                 for key in self._keys:  # one at a time: a fault names its key
                     arrays[key], faults = read_key(reader, key)

@@ -197,7 +197,9 @@ class NumericPack:
             shards = dict(enumerate(rows.reshape(-1, layout.per_file // layout.per_chunk, 2)))
             shape = [length, *meta["shape"][1:]]
             cameras[camera] = KnownArray({**meta, "shape": shape}, layout, shards)
-        reader = EpisodeReader.from_known(self._paths[episode], frames, cameras)
+        reader = EpisodeReader.from_known(
+            self._paths[episode], frames, cameras, keep_files_open=True
+        )
         return PackedEpisode(reader, arrays, bad, entry["annotations"])
 
     @classmethod

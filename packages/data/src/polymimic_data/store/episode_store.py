@@ -263,19 +263,32 @@ def write_episode(
 class EpisodeReader:
     """One episode opened once: its attributes, clamped arrays and JPEG frames."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        attrs = _group_attributes(Path(path))
-        self._open(Path(path), attrs, int(attrs["total_frames"]))
+    def __init__(self, path: str | os.PathLike[str], *, keep_files_open: bool = False) -> None:
+        """Open the episode at `path` (its group's attributes read now).
 
-    def _open(self, path: Path, attrs: dict[str, Any] | None, total_frames: int) -> None:
+        `keep_files_open`: its JPEG frames read through files it keeps open, for a reader of
+        many (a training loader's; see VlenBytesArrayReader).
+        """
+        attrs = _group_attributes(Path(path))
+        self._open(Path(path), attrs, int(attrs["total_frames"]), keep_files_open)
+
+    def _open(
+        self, path: Path, attrs: dict[str, Any] | None, total_frames: int, keep_open: bool
+    ) -> None:
         self.path, self._attrs, self.total_frames = path, attrs, total_frames
+        self._keep_open = keep_open
         self._zarr_group: Any = None  # opened only when an array needs zarr's own reader
         self._arrays: dict[str, Any] = {}
         self._jpeg_readers: dict[str, VlenBytesArrayReader] = {}
 
     @classmethod
     def from_known(
-        cls, path: str | os.PathLike[str], total_frames: int, cameras: Mapping[str, KnownArray]
+        cls,
+        path: str | os.PathLike[str],
+        total_frames: int,
+        cameras: Mapping[str, KnownArray],
+        *,
+        keep_files_open: bool = False,
     ) -> EpisodeReader:
         """An episode opened from what a numeric pack kept of it: no file is read.
 
@@ -283,7 +296,7 @@ class EpisodeReader:
         from its files at first use, and `attrs` from the group's `zarr.json` when asked.
         """
         reader = cls.__new__(cls)
-        reader._open(Path(path), None, total_frames)
+        reader._open(Path(path), None, total_frames, keep_files_open)
         for camera, known in cameras.items():
             reader._jpeg_readers[camera] = reader._jpeg_reader(camera, known)
         return reader
@@ -355,7 +368,9 @@ class EpisodeReader:
         if known is None and not (self.path / key / "zarr.json").exists():
             raise KeyError(f"{self.path}: key {key!r} is missing")
         try:
-            return VlenBytesArrayReader(self.path / key, lambda: self._array(key), known=known)
+            return VlenBytesArrayReader(
+                self.path / key, lambda: self._array(key), known=known, keep_open=self._keep_open
+            )
         except (OSError, ValueError, KeyError) as exc:
             raise ChunkFileError(
                 f"{self.path / key}: unreadable array metadata ({exc})", whole_file=True

@@ -7,10 +7,11 @@ Covers the layouts real writers make (see zarr_chunks for the codec chains):
   inner codecs `vlen-bytes` + `zstd` (level 0), index codecs `bytes` + `crc32c`;
 - plain chunked arrays, one or many frames to a chunk file.
 
-A frame costs one `pread` (through a file the reader keeps open: zarr_chunks.pread_kept) and
-one decompression of its own inner chunk, after each shard's index (or each uncompressed
-chunk's item offsets) is read once. Any other layout falls back
-to zarr.
+A frame costs one `pread` and one decompression of its own inner chunk, after each shard's
+index (or each uncompressed chunk's item offsets) is read once; a loader's reader
+(`keep_open`) reads a frame of its own inner chunk, or of an uncompressed chunk, through a
+file it keeps open (zarr_chunks.pread_kept), without an open and a close each time. Any
+other layout falls back to zarr.
 """
 
 from __future__ import annotations
@@ -66,8 +67,13 @@ class VlenBytesArrayReader:
         cache_files: int = 64,
         *,
         known: KnownArray | None = None,
+        keep_open: bool = False,
     ) -> None:
-        """`known`: what an open reads, kept by a numeric pack: the reader reads no file."""
+        """`known`: what an open reads, kept by a numeric pack: the reader reads no file.
+
+        `keep_open`: a frame read by itself goes through a file kept open (pread_kept), for a
+        reader that reads many (a training loader's); a one-off read opens and closes it.
+        """
         self.array_dir = array_dir
         self._open_zarr = open_zarr
         self._zarr: Any = None
@@ -84,7 +90,8 @@ class VlenBytesArrayReader:
         self._cache_files = cache_files
         # Its own, for the files it keeps open (pread_kept): unlike a count, not repeated by
         # another process (a copy unpickled there gets a token of its own).
-        self._token = object()
+        self._token = object() if keep_open else None
+        self._seen: dict[int, tuple] = {}  # each kept file's (device, inode) when opened
         self._paths: dict[int, Path] = {}
         # Inner chunks of several items, decoded: the next frame is usually in the same one.
         self._chunk_cache: OrderedDict[tuple[int, int], np.ndarray | list[bytes]] = OrderedDict()
@@ -185,9 +192,8 @@ class VlenBytesArrayReader:
         if offset == MISSING:
             raise ChunkFileError(f"{path}: the frame is missing from its shard")
         what = "the frame's inner chunk"
-        if self.layout.per_chunk == 1:  # a frame per read: through a file kept open
-            raw = pread_kept((self._token, file_index), path, offset, nbytes)
-            items = self._decode(raw, path, what)
+        if self.layout.per_chunk == 1:  # a frame a read (through a file kept open: _read)
+            items = self._decode(self._read(file_index, path, offset, nbytes), path, what)
         else:
             read = lambda: pread(path, offset, nbytes)  # noqa: E731
             items = self._decoded_chunk((file_index, chunk), read, path, what)
@@ -210,7 +216,13 @@ class VlenBytesArrayReader:
         if item >= len(offsets):
             raise ChunkFileError(f"{path}: the frame is missing from its chunk")
         start, length = offsets[item].tolist()
-        return pread_kept((self._token, file_index), path, start, length)
+        return self._read(file_index, path, start, length)
+
+    def _read(self, file_index: int, path: Path, offset: int, size: int) -> bytes:
+        """`size` bytes of file `file_index` at `offset`, through it kept open where asked."""
+        if self._token is None:
+            return pread(path, offset, size)
+        return pread_kept(self._token, file_index, path, offset, size, self._seen)
 
     def get(self, i: int) -> bytes:
         if self.mode == "sharded":

@@ -15,6 +15,7 @@ when a layout is one it does not know:
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import threading
@@ -167,9 +168,12 @@ KEPT_OPEN = 64  # files each thread keeps open for pread_kept
 class _Files(OrderedDict[Hashable, int]):
     """One thread's files kept open (descriptors), closed when it ends (its local dropped)."""
 
+    def close_all(self) -> None:
+        while self:
+            os.close(self.popitem(last=False)[1])
+
     def __del__(self) -> None:
-        for fd in self.values():
-            os.close(fd)
+        self.close_all()
 
 
 class _KeptOpen(threading.local):
@@ -182,25 +186,35 @@ class _KeptOpen(threading.local):
 _KEPT = _KeptOpen()
 
 
-def pread_kept(key: Hashable, path: Path, offset: int, size: int) -> bytes:
-    """`pread` through a file kept open under `key`: one syscall, not an open and a close.
+def pread_kept(
+    owner: object, index: int, path: Path, offset: int, size: int, seen: dict[int, tuple]
+) -> bytes:
+    """`pread` through file `index` of `owner` kept open: one syscall, not an open and a close.
 
-    `key` names the file for one reader's life (e.g. a token of the reader's own and the
-    file's number), so a reader reads the inode it first opened, as it reads by the shard
-    index it first read; a reader made later (its episode opened again, e.g. changed on disk)
-    opens the file afresh. Each thread keeps its own KEPT_OPEN files (no thread closes
-    another's), the least recently read closed first. Errors as pread's.
+    `owner` (a reader's token, its own for its life) and `index` (its file's number) name
+    the descriptor; each thread keeps its own KEPT_OPEN, the least recently read closed
+    first, and closes them when it ends. `seen`: the owner's (device, inode) of each file it
+    has opened: a file opened again (after its descriptor was closed) that is another file
+    now, replaced on disk, is refused (a whole-file ChunkFileError) rather than read by the
+    offsets the owner took from the one it replaced; a reader made later (the episode
+    opened again) reads it. Otherwise errors as pread's.
     """
     files = _KEPT.files
+    key = (owner, index)
     fd = files.get(key)
     if fd is None:
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            raise ChunkFileError(f"{path}: file is missing", whole_file=True) from None
-        files[key] = fd
-        while len(files) > KEPT_OPEN:
+        fd = _open_kept(files, path)
+        stat = os.fstat(fd)
+        if seen.setdefault(index, (stat.st_dev, stat.st_ino)) != (stat.st_dev, stat.st_ino):
+            os.close(fd)
+            raise ChunkFileError(
+                f"{path}: replaced on disk since its episode was opened (its frames' offsets "
+                "are the old file's); open the episode again",
+                whole_file=True,
+            )
+        while len(files) >= max(1, KEPT_OPEN):
             os.close(files.popitem(last=False)[1])
+        files[key] = fd
     else:
         files.move_to_end(key)
     data = os.pread(fd, size, offset)
@@ -209,6 +223,20 @@ def pread_kept(key: Hashable, path: Path, offset: int, size: int) -> bytes:
             f"{path}: truncated (wanted {size} bytes at {offset})", whole_file=True
         )
     return data
+
+
+def _open_kept(files: _Files, path: Path) -> int:
+    """A descriptor of `path`; where the process has none left, this thread's kept ones freed."""
+    for attempt in (1, 2):
+        try:
+            return os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise ChunkFileError(f"{path}: file is missing", whole_file=True) from None
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or attempt == 2 or not files:
+                raise
+            files.close_all()
+    raise AssertionError("unreachable")
 
 
 def file_size(path: Path) -> int:
