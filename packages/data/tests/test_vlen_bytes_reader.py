@@ -187,7 +187,10 @@ def test_a_loaders_reader_keeps_its_files_open_and_never_reads_a_replaced_one_by
     readers = [VlenBytesArrayReader(array_dir, _no_zarr, keep_open=True) for _ in range(3)]
     assert [r.get(5) for r in readers] == [changed[5]] * 3
     assert len(zarr_chunks._KEPT.files) == 2 and _open_files(tmp_path) == 2
-    assert readers[-1].get(5) == changed[5] and _open_files(tmp_path) == 2  # kept: no open
+    key = next(k for k in zarr_chunks._KEPT.files if k[0] is readers[-1]._token)
+    kept = zarr_chunks._KEPT.files[key]
+    assert readers[-1].get(5) == changed[5]
+    assert zarr_chunks._KEPT.files[key] == kept  # the same descriptor: not opened again
     with pytest.raises(ChunkFileError, match="replaced on disk"):
         old.get(3)
     # A thread's kept files are closed when it ends.
@@ -196,3 +199,33 @@ def test_a_loaders_reader_keeps_its_files_open_and_never_reads_a_replaced_one_by
     thread.start()
     thread.join()
     assert _open_files(tmp_path) == 2  # this thread's two; the other's closed
+
+
+def test_out_of_descriptors_a_thread_frees_its_kept_files_and_tries_once_more(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import errno
+    import os
+
+    from polymimic_data.store import zarr_chunks
+
+    _array(tmp_path / "ep", **LAYOUTS["polymimic"][0])  # shards of 8 frames: files 0, 1, 2
+    array_dir = tmp_path / "ep" / "images.front_1"
+    known = VlenBytesArrayReader(array_dir, _no_zarr).known(len(ITEMS))  # no index to read
+    reader = VlenBytesArrayReader(array_dir, _no_zarr, known=known, keep_open=True)
+    assert reader.get(0) == ITEMS[0] and reader.get(8) == ITEMS[8]  # files 0 and 1 kept
+    real_open, refusals, refuse = os.open, [], [1]
+
+    def open_(path, *args, **kwargs):
+        if len(refusals) < refuse[0]:
+            refusals.append(path)
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(zarr_chunks.os, "open", open_)
+    assert reader.get(16) == ITEMS[16]  # refused once: the kept two freed, then opened
+    assert list(zarr_chunks._KEPT.files) == [(reader._token, 2)] and len(refusals) == 1
+    refuse[0] = 3  # refused again after freeing: the error is the caller's
+    with pytest.raises(OSError, match="Too many open files"):
+        reader.get(0)
+    assert len(refusals) == 3 and not zarr_chunks._KEPT.files

@@ -152,7 +152,7 @@ def _cameras_auto(name: str, found: list[EpisodeInfo]) -> list[str] | None:
         listed = "; ".join(
             f"{count} hold {list(cameras)}, e.g. {example[cameras]}"
             for cameras, count in sets.most_common(4)
-        )
+        ) + (f"; and {len(sets) - 4} more sets" if len(sets) > 4 else "")
         raise ConfigError(
             f"data.datasets.{name}.cameras: auto takes the cameras all its episodes hold, and "
             f"they share none ({listed}). Filter the episodes (data.datasets.{name}.filters) "

@@ -14,7 +14,6 @@ from .registry import CameraIntrinsics as CameraIntrinsics
 from .registry import Embodiment as Embodiment
 from .registry import LayoutRecipe as LayoutRecipe
 from .registry import VectorRecipe as VectorRecipe
-from .registry import add_cameras as add_cameras
 from .registry import camera_intrinsics as camera_intrinsics
 from .registry import get_embodiment as get_embodiment
 from .registry import register_embodiment as register_embodiment

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields
 from typing import Any
 
 from polymimic_data.embodiments.registry import (
@@ -136,8 +136,9 @@ def check_declaration(
     """The embodiment and layout a declaration describes, and the one registered under its name.
 
     The last is None where none is; DeclarationError, naming `source`, where the declaration
-    is malformed or differs from the registered one in more than its cameras (keys, fps,
-    channel groups). Registers nothing.
+    is malformed or differs from the registered one in more than its cameras (its keys,
+    fps, family, recipes: frame, rotation, offsets; or its channel groups), each difference
+    named. Registers nothing.
     """
     where = f"{source}: " if source else ""
     try:
@@ -152,15 +153,32 @@ def check_declaration(
         known = get_embodiment(embodiment.name)
     except KeyError:
         known = None
-    same = known is not None and replace(known, cameras=embodiment.cameras) == embodiment
-    if known is not None and (not same or known.layout() != layout):
+    differs = _differences(known, embodiment, layout) if known is not None else []
+    if differs:
         raise DeclarationError(
             f"{where}declares embodiment {embodiment.name!r} differently from the one "
-            "already registered (more than its cameras differ: its keys, frame, rotation, "
-            "fps, family or channel groups); import it "
-            "under another name (`import-lerobot --embodiment NAME`)"
+            f"already registered ({'; '.join(differs)}); import it under another name "
+            "(`import-lerobot --embodiment NAME`)"
         )
     return embodiment, layout, known
+
+
+def _differences(known: Embodiment, declared: Embodiment, layout: Layout) -> list[str]:
+    """What, besides its cameras, a declared embodiment has otherwise than the registered one.
+
+    Each field as `<field>: registered <value>, declared <value>`.
+    """
+    pairs = [
+        (f.name, getattr(known, f.name), getattr(declared, f.name))
+        for f in fields(Embodiment)
+        if f.name != "cameras"
+    ]
+    groups = [
+        ", ".join(f"{g.name} ({g.kind}, {g.stop - g.start})" for g in each.groups)
+        for each in (known.layout(), layout)
+    ]
+    pairs.append(("channel groups", f"[{groups[0]}]", f"[{groups[1]}]"))
+    return [f"{name}: registered {a}, declared {b}" for name, a, b in pairs if a != b]
 
 
 def declare(declaration: Mapping[str, Any], *, source: str = "") -> Embodiment:

@@ -210,16 +210,16 @@ class EpisodeDataset(Dataset[Sample]):
             if reference is None and 0 <= frame < n
             else {}
         )
-        if "state" in tables:
-            state = tables["state"][frame + plan.state_rows]
-        else:
-            history, _ = plan.windows(frame)
-            state = assemble(self.recipe, self.recipe.state, loaded.arrays, history, reference)
-        if "actions" in tables:
-            actions = tables["actions"][frame + plan.action_rows]
-        else:
-            _, steps = plan.windows(frame)
-            actions = assemble(self.recipe, self.recipe.actions, loaded.arrays, steps, reference)
+        state = tables["state"][frame + plan.state_rows] if "state" in tables else None
+        actions = tables["actions"][frame + plan.action_rows] if "actions" in tables else None
+        if state is None or actions is None:  # assembled from the frames its window reads
+            history, steps = plan.windows(frame)
+            if state is None:
+                state = assemble(self.recipe, self.recipe.state, loaded.arrays, history, reference)
+            if actions is None:
+                actions = assemble(
+                    self.recipe, self.recipe.actions, loaded.arrays, steps, reference
+                )
         return state, actions, plan.action_mask(frame, n)
 
     def _build(self, index: int, outs: Sequence[torch.Tensor] | None = None) -> Sample:

@@ -157,12 +157,12 @@ class WindowSampler:
         if action_window is None:
             self.step_offsets = np.arange(horizon) * action_stride
         else:
-            self.step_offsets = np.linspace(0.0, action_window - 1, horizon)
-        # (an offset linspace makes a hair off a whole frame, e.g. 29.000000000000004, is that
-        # frame: the mask compares it with a whole number of frames left)
-        whole = np.round(self.step_offsets)
-        snapped = np.where(np.abs(self.step_offsets - whole) < 1e-9, whole, self.step_offsets)
-        self._step_offsets: Sequence[float] = snapped.tolist()
+            # an offset linspace makes a hair off a whole frame (29.000000000000004) is that
+            # frame: read there, and inside the episode where that frame is
+            offsets = np.linspace(0.0, action_window - 1, horizon)
+            whole = np.round(offsets)
+            self.step_offsets = np.where(np.abs(offsets - whole) < 1e-9, whole, offsets)
+        self._step_offsets: Sequence[float] = self.step_offsets.tolist()
         steps = np.arange(horizon)
         self._masks = [steps < k for k in range(horizon + 1)]  # the first k steps (action_mask)
         # Table row 0 is frame + offsets.min() at frame 0 (see row_tables).

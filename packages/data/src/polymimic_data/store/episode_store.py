@@ -294,6 +294,7 @@ class EpisodeReader:
 
         `cameras`: each camera's image array as it was packed; a camera not named is read
         from its files at first use, and `attrs` from the group's `zarr.json` when asked.
+        `keep_files_open` as the constructor's.
         """
         reader = cls.__new__(cls)
         reader._open(Path(path), None, total_frames, keep_files_open)

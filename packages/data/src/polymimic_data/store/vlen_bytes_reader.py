@@ -9,9 +9,8 @@ Covers the layouts real writers make (see zarr_chunks for the codec chains):
 
 A frame costs one `pread` and one decompression of its own inner chunk, after each shard's
 index (or each uncompressed chunk's item offsets) is read once; a loader's reader
-(`keep_open`) reads a frame of its own inner chunk, or of an uncompressed chunk, through a
-file it keeps open (zarr_chunks.pread_kept), without an open and a close each time. Any
-other layout falls back to zarr.
+(`keep_open`) reads by those offsets through files it keeps open (zarr_chunks.pread_kept),
+without an open and a close each time. Any other layout falls back to zarr.
 """
 
 from __future__ import annotations
@@ -192,10 +191,10 @@ class VlenBytesArrayReader:
         if offset == MISSING:
             raise ChunkFileError(f"{path}: the frame is missing from its shard")
         what = "the frame's inner chunk"
-        if self.layout.per_chunk == 1:  # a frame a read (through a file kept open: _read)
+        if self.layout.per_chunk == 1:  # a frame a read
             items = self._decode(self._read(file_index, path, offset, nbytes), path, what)
         else:
-            read = lambda: pread(path, offset, nbytes)  # noqa: E731
+            read = lambda: self._read(file_index, path, offset, nbytes)  # noqa: E731
             items = self._decoded_chunk((file_index, chunk), read, path, what)
         if len(items) != self.layout.per_chunk:
             raise ChunkFileError(

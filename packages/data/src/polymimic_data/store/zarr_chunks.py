@@ -147,14 +147,22 @@ def chunk_key(meta: dict[str, Any], index: int) -> str:
 
 def pread(path: Path, offset: int, size: int) -> bytes:
     """`size` bytes of `path` at `offset`; a whole-file ChunkFileError if missing or short."""
+    fd = _open(path)
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise ChunkFileError(f"{path}: file is missing", whole_file=True) from None
-    try:
-        data = os.pread(fd, size, offset)
+        return _pread_fd(fd, path, offset, size)
     finally:
         os.close(fd)
+
+
+def _open(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise ChunkFileError(f"{path}: file is missing", whole_file=True) from None
+
+
+def _pread_fd(fd: int, path: Path, offset: int, size: int) -> bytes:
+    data = os.pread(fd, size, offset)
     if len(data) != size:
         raise ChunkFileError(
             f"{path}: truncated (wanted {size} bytes at {offset})", whole_file=True
@@ -162,7 +170,7 @@ def pread(path: Path, offset: int, size: int) -> bytes:
     return data
 
 
-KEPT_OPEN = 64  # files each thread keeps open for pread_kept
+KEPT_OPEN = 64  # files each thread keeps open for pread_kept (0 or less: one)
 
 
 class _Files(OrderedDict[Hashable, int]):
@@ -193,50 +201,47 @@ def pread_kept(
 
     `owner` (a reader's token, its own for its life) and `index` (its file's number) name
     the descriptor; each thread keeps its own KEPT_OPEN, the least recently read closed
-    first, and closes them when it ends. `seen`: the owner's (device, inode) of each file it
-    has opened: a file opened again (after its descriptor was closed) that is another file
-    now, replaced on disk, is refused (a whole-file ChunkFileError) rather than read by the
-    offsets the owner took from the one it replaced; a reader made later (the episode
-    opened again) reads it. Otherwise errors as pread's.
+    first, and closes them when it ends. `seen`: the owner's identity (device, inode, size,
+    modification time) of each file it has opened: a file opened again (after its
+    descriptor was closed) that is another file now, replaced on disk, is refused (a
+    whole-file ChunkFileError) rather than read by the offsets the owner took from the one
+    it replaced; a reader made later (the episode opened again) reads it. Otherwise errors
+    as pread's.
     """
     files = _KEPT.files
     key = (owner, index)
     fd = files.get(key)
     if fd is None:
         fd = _open_kept(files, path)
-        stat = os.fstat(fd)
-        if seen.setdefault(index, (stat.st_dev, stat.st_ino)) != (stat.st_dev, stat.st_ino):
+        try:
+            stat = os.fstat(fd)
+            identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            if seen.setdefault(index, identity) != identity:
+                raise ChunkFileError(
+                    f"{path}: replaced on disk since its episode was opened (its frames' "
+                    "offsets are the old file's); open the episode again",
+                    whole_file=True,
+                )
+        except BaseException:
             os.close(fd)
-            raise ChunkFileError(
-                f"{path}: replaced on disk since its episode was opened (its frames' offsets "
-                "are the old file's); open the episode again",
-                whole_file=True,
-            )
+            raise
         while len(files) >= max(1, KEPT_OPEN):
             os.close(files.popitem(last=False)[1])
         files[key] = fd
     else:
         files.move_to_end(key)
-    data = os.pread(fd, size, offset)
-    if len(data) != size:
-        raise ChunkFileError(
-            f"{path}: truncated (wanted {size} bytes at {offset})", whole_file=True
-        )
-    return data
+    return _pread_fd(fd, path, offset, size)
 
 
 def _open_kept(files: _Files, path: Path) -> int:
     """A descriptor of `path`; where the process has none left, this thread's kept ones freed."""
-    for attempt in (1, 2):
-        try:
-            return os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise ChunkFileError(f"{path}: file is missing", whole_file=True) from None
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE) or attempt == 2 or not files:
-                raise
-            files.close_all()
-    raise AssertionError("unreachable")
+    try:
+        return _open(path)
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE) or not files:
+            raise
+    files.close_all()
+    return _open(path)  # once more: as it fails now, it fails
 
 
 def file_size(path: Path) -> int:
