@@ -115,6 +115,10 @@ def file_identity(path: str | os.PathLike[str]) -> list[int]:
     entry: one of them differs. Each fits an int64 (an inode past 2**63, as some network
     file systems give, is taken as its two's complement). OSError where it is gone.
     """
-    stat = os.stat(path)
+    return stat_identity(os.stat(path))
+
+
+def stat_identity(stat: os.stat_result) -> list[int]:
+    """file_identity of a `stat` already taken (e.g. `os.fstat` of a file held open)."""
     inode = stat.st_ino - (1 << 64) if stat.st_ino >= 1 << 63 else stat.st_ino
     return [inode, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]

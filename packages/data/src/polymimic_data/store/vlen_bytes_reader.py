@@ -90,7 +90,7 @@ class VlenBytesArrayReader:
         # Its own, for the files it keeps open (pread_kept): unlike a count, not repeated by
         # another process (a copy unpickled there gets a token of its own).
         self._token = object() if keep_open else None
-        self._seen: dict[int, tuple] = {}  # each kept file's (device, inode) when opened
+        self._seen: dict[int, list[int]] = {}  # each kept file's identity when opened
         self._paths: dict[int, Path] = {}
         # Inner chunks of several items, decoded: the next frame is usually in the same one.
         self._chunk_cache: OrderedDict[tuple[int, int], np.ndarray | list[bytes]] = OrderedDict()

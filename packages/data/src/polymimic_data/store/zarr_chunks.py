@@ -29,6 +29,8 @@ import google_crc32c
 import numcodecs
 import numpy as np
 
+from polymimic_data.store.atomic_files import stat_identity
+
 MISSING = 2**64 - 1  # a shard index entry for an inner chunk never written
 _U32 = struct.Struct("<I")
 
@@ -195,18 +197,18 @@ _KEPT = _KeptOpen()
 
 
 def pread_kept(
-    owner: object, index: int, path: Path, offset: int, size: int, seen: dict[int, tuple]
+    owner: object, index: int, path: Path, offset: int, size: int, seen: dict[int, list[int]]
 ) -> bytes:
     """`pread` through file `index` of `owner` kept open: one syscall, not an open and a close.
 
     `owner` (a reader's token, its own for its life) and `index` (its file's number) name
     the descriptor; each thread keeps its own KEPT_OPEN, the least recently read closed
-    first, and closes them when it ends. `seen`: the owner's identity (device, inode, size,
-    modification time) of each file it has opened: a file opened again (after its
-    descriptor was closed) that is another file now, replaced on disk, is refused (a
-    whole-file ChunkFileError) rather than read by the offsets the owner took from the one
-    it replaced; a reader made later (the episode opened again) reads it. Otherwise errors
-    as pread's.
+    first, and closes them when it ends. `seen`: the owner's identity of each file it has
+    opened (atomic_files.stat_identity, as the numeric pack and the resolver's index compare
+    files): a file opened again (after its descriptor was closed) that is another file now,
+    replaced or rewritten on disk, is refused (a whole-file ChunkFileError) rather than read
+    by the offsets the owner took from the one before; a reader made later (the episode
+    opened again) reads it. Otherwise errors as pread's.
     """
     files = _KEPT.files
     key = (owner, index)
@@ -214,8 +216,7 @@ def pread_kept(
     if fd is None:
         fd = _open_kept(files, path)
         try:
-            stat = os.fstat(fd)
-            identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            identity = stat_identity(os.fstat(fd))
             if seen.setdefault(index, identity) != identity:
                 raise ChunkFileError(
                     f"{path}: replaced on disk since its episode was opened (its frames' "
