@@ -190,6 +190,93 @@ def test_recording_in_worker_processes_writes_what_one_process_writes(
         assert ours.read_jpeg("corner2", 7) == theirs.read_jpeg("corner2", 7)
 
 
+def _judged_at_the_end(task: Any, seed: int) -> tuple[float, float]:
+    """The distance from the goal of what success judges (the fingertips' middle for reach,
+    the puck for pick-place) and of the hand, `LINGER` ticks after the expert's success."""
+    task.reset(seed)
+    success_at = None
+    for tick in range(task.max_steps):
+        if task.step(task.expert_action()).success and success_at is None:
+            success_at = tick
+        if success_at is not None and tick >= success_at + LINGER:
+            break
+    sim = task.sim
+    judged = sim.tcp_center if task.name.endswith("reach-v3") else sim._get_pos_objects()[:3]
+    hand = sim.data.body("hand").xpos
+    goal = sim._target_pos
+    return float(np.linalg.norm(judged - goal)), float(np.linalg.norm(hand - goal))
+
+
+@pytest.mark.parametrize(
+    ("name", "within", "stock_beyond"), [("reach-v3", 0.035, 0.042), ("pick-place-v3", 0.03, 0.035)]
+)
+def test_the_expert_brings_what_success_judges_to_the_goal_not_the_hand(
+    name: str, within: float, stock_beyond: float
+) -> None:
+    """MetaWorld's expert steers the hand to the goal, while reach judges the fingertips'
+    middle, 4.5 cm below the hand, within 5 cm (pick-place the puck they hold, within 7):
+    uncorrected, a demonstration ends 4.5-4.9 cm off reach's goal, a few millimetres inside.
+    The corrected expert ends well inside, with the hand above the goal, where a recording
+    stops; its episodes say which expert recorded them."""
+    task = make_task(f"metaworld/{name}", image_size=SIZE)
+    stock = make_task(f"metaworld/{name}", image_size=SIZE, expert="stock")
+    try:
+        assert (task.expert_variant, stock.expert_variant) == ("fingertips_to_goal", "stock")
+        for seed in (0, 1):
+            judged, hand = _judged_at_the_end(task, seed)
+            stock_judged, stock_hand = _judged_at_the_end(stock, seed)  # the hand to the goal
+            assert judged < within < stock_beyond < stock_judged, (seed, judged, stock_judged)
+            assert hand > stock_hand, (seed, hand, stock_hand)
+    finally:
+        task.close()
+        stock.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "expert", "message"),
+    [
+        ("metaworld/push-v3", "fingertips_to_goal", r"'stock' \(MetaWorld's policy as written\) "
+         r"or, for \['pick-place-v3', 'reach-v3'\], 'fingertips_to_goal'"),
+        ("metaworld/reach-v3", "fingertips", "expert 'fingertips' for metaworld/reach-v3"),
+        ("aloha/transfer_cube", "fingertips_to_goal", "its one expert is 'stock'"),
+    ],
+)  # fmt: skip
+def test_an_expert_a_task_does_not_have_is_refused_before_any_work(
+    name: str, expert: str, message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_task(name, expert=expert)
+    with pytest.raises(ValueError, match=message):
+        record(name, tmp_path / "demos", episodes=1, expert=expert, progress=False)
+    assert not (tmp_path / "demos").exists()
+
+
+def test_a_recording_resumed_over_another_experts_episodes_is_refused(
+    reach_episodes: Path, tmp_path: Path
+) -> None:
+    """An episode recorded before reach's expert was corrected names no expert (the stock
+    one): resuming into its folder would train on a mix, and is refused before any work."""
+    import zarr
+
+    (first, _) = sorted(reach_episodes.iterdir())
+    assert EpisodeReader(first).attrs["expert"] == "fingertips_to_goal"
+    old = tmp_path / first.name
+    shutil.copytree(first, old)
+    group = zarr.open_group(old, mode="r+")
+    attrs = dict(group.attrs)
+    del attrs["expert"]  # as recorded before the attribute existed
+    group.attrs.clear()
+    group.attrs.update(attrs)
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    with pytest.raises(ValueError, match=r"seed000000.zarr: recorded by the 'stock' expert of "
+                       r"metaworld/reach-v3, which records with the 'fingertips_to_goal' one "
+                       r"now; .* record into another folder"):  # fmt: skip
+        record(TASK, tmp_path, episodes=2, image_size=SIZE, progress=False)
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+    kept = record(TASK, tmp_path, episodes=1, image_size=SIZE, progress=False, expert="stock")
+    assert kept.kept == [old] and kept.written == []  # resumed with the expert it holds
+
+
 def test_recording_refuses_no_workers(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="workers: a positive number, got 0"):
         record(TASK, tmp_path, episodes=1, workers=0)

@@ -56,6 +56,7 @@ from polymimic_sim.rendering import (
     render_cameras,
 )
 from polymimic_sim.task_types import (
+    STOCK_EXPERT,
     HeldFor,
     MissingExtraError,
     Step,
@@ -411,6 +412,7 @@ class AlohaScene:
     """
 
     family = "aloha"
+    expert_variant = STOCK_EXPERT  # its scripted expert, the one there is (tasks.expert_variant)
     end_effector = False
     default_cameras: tuple[str, ...] = DEFAULT_CAMERAS
     head_camera = False

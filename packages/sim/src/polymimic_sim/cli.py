@@ -33,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument(
         "--workers", type=int, default=1, help="simulator processes sharing the episodes"
     )
+    rec.add_argument(
+        "--expert",
+        help="the scripted expert (default: the task's): stock (as its source wrote it; "
+        "MetaWorld's reach and pick-place default to fingertips_to_goal, their goal corrected)",
+    )
     ev = commands.add_parser("evaluate", help="closed-loop rollouts of a trained policy")
     ev.add_argument("checkpoint", help="a checkpoint of `train` or an export")
     ev.add_argument("task", help="e.g. aloha/transfer_cube, metaworld/reach-v3, metaworld/mt10")
@@ -84,6 +89,7 @@ def _record(args: argparse.Namespace) -> int:
         image_size=parse_image_size(args.image_size),
         cameras=cameras,
         workers=args.workers,
+        expert=args.expert,
     )
     print(
         f"{report.task}: the expert succeeded in {sum(report.succeeded.values())} of "

@@ -10,6 +10,15 @@ multisampling (the same for recording and evaluation).
 Success is MetaWorld's own (`info["success"]`: the object at its goal, a state check, not a
 momentary contact); it is also the strict success, and the registered limit is the task's
 `max_path_length` (500), the one limit there is.
+
+The expert is MetaWorld's scripted policy, with one correction (`FINGERTIP_GOAL_TASKS`):
+where it steers the *hand* to the goal but success is judged at the fingertips' middle
+(reach) or at the object they hold (pick-place), it is given the goal raised by the hand's
+height over the fingertips (4.5 cm), so that what is judged arrives there. Uncorrected, the
+expert's own fingertips end 4.5-4.9 cm from reach's goal, inside its 5 cm radius by a few
+millimetres: its demonstrations succeed by a hair, and a policy that copies them within a
+centimetre fails. Corrected, they end 2.8 cm off ten ticks after success and still closing
+(seeds 1000-1019: the median; pick-place's puck 2.0 cm against 3.9, of 7).
 """
 
 from __future__ import annotations
@@ -28,7 +37,13 @@ from polymimic_sim.rendering import (
     ensure_headless_rendering,
     render_cameras,
 )
-from polymimic_sim.task_types import MissingExtraError, Step, UnknownTaskError, observation_of
+from polymimic_sim.task_types import (
+    STOCK_EXPERT,
+    MissingExtraError,
+    Step,
+    UnknownTaskError,
+    observation_of,
+)
 
 EMBODIMENT = "sim/metaworld_sawyer"
 DEFAULT_CAMERAS = ("corner2",)
@@ -64,6 +79,30 @@ def _prompt(task: str) -> str:
 
 
 _PLACEMENT_DRAWS = 100
+
+# Tasks whose expert steers the hand to the goal while success is judged at the fingertips
+# (or the object held between them): their expert is given the goal raised by the hand's
+# height over the fingertips (module docstring). The recorded episodes say so (`expert`).
+FINGERTIP_GOAL_TASKS = frozenset({"reach-v3", "pick-place-v3"})
+FINGERTIP_EXPERT = "fingertips_to_goal"
+
+
+def expert_variant(task: str, asked: str | None = None) -> str:
+    """The expert `task` (e.g. reach-v3) runs: `asked`, or its default.
+
+    The default is FINGERTIP_EXPERT for FINGERTIP_GOAL_TASKS, STOCK_EXPERT for the others;
+    STOCK_EXPERT is MetaWorld's policy as written (for figures that compare with work that
+    recorded with it). ValueError for another name, or the correction asked of a task it
+    was not measured on.
+    """
+    if asked is None:
+        return FINGERTIP_EXPERT if task in FINGERTIP_GOAL_TASKS else STOCK_EXPERT
+    if asked == STOCK_EXPERT or (asked == FINGERTIP_EXPERT and task in FINGERTIP_GOAL_TASKS):
+        return asked
+    raise ValueError(
+        f"expert {asked!r} for metaworld/{task}: {STOCK_EXPERT!r} (MetaWorld's policy as "
+        f"written) or, for {sorted(FINGERTIP_GOAL_TASKS)}, {FINGERTIP_EXPERT!r}"
+    )
 
 
 class _Refused(Exception):
@@ -110,6 +149,7 @@ class MetaWorldTask:
         image_size: Sequence[int] = (96, 128),
         cameras: Sequence[str] | None = None,
         cheap_rendering: bool = True,
+        expert: str | None = None,
     ) -> None:
         metaworld = _metaworld()
         experts = metaworld.policies.ENV_POLICY_MAP
@@ -127,6 +167,7 @@ class MetaWorldTask:
         self.views = camera_views(self.sim.model, self.name, self.cameras)
         self.renderer = camera_renderer(self.sim.model, image_size, cheap_rendering)
         self.expert = experts[task]()
+        self.expert_variant = expert_variant(task, expert)  # `expert`: None for the default
         self.fps = float(self.sim.metadata["render_fps"])
         self.max_steps = self.registered_steps = int(self.sim.max_path_length)
         self.scale = float(self.sim.action_scale)
@@ -199,11 +240,18 @@ class MetaWorldTask:
         return Step(self._observation(), float(reward), success, done, strict_success=success)
 
     def expert_action(self) -> np.ndarray:
-        """MetaWorld's scripted expert, as an absolute target."""
+        """MetaWorld's scripted expert (its goal corrected for some tasks), as an absolute target.
+
+        See the module docstring for the correction (FINGERTIP_GOAL_TASKS).
+        """
         assert self._raw is not None, "reset the task first"
+        seen = self._raw
+        if self.expert_variant == FINGERTIP_EXPERT:  # the hand's height over the fingertips
+            seen = seen.copy()  # added to the goal the expert reads (the observation's last 3)
+            seen[-3:] += seen[:3] - self.sim.tcp_center
         with warnings.catch_warnings():  # its gains exceed 1 by design; the env clips them
             warnings.filterwarnings("ignore", message="Constant", category=UserWarning)
-            delta = np.clip(np.asarray(self.expert.get_action(self._raw), np.float64), -1, 1)
+            delta = np.clip(np.asarray(self.expert.get_action(seen), np.float64), -1, 1)
         return np.append(self._raw[:3] + delta[:3] * self.scale, delta[3]).astype(np.float32)
 
     def close(self) -> None:

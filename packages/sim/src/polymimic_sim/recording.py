@@ -5,9 +5,11 @@ strict success (then `LINGER` more frames, the task held: the demonstrations sho
 finished, e.g. the hand-over's release, not only its first touch) or its time runs out.
 Only episodes with a (standard) success are written, through polymimic-data's
 EpisodeWriter (atomic: an episode appears whole or not at all), declaring the task's
-embodiment, with the task as the prompt, the simulator's fps, the episode's seed and the
-ticks of its two successes in its attributes. An episode already there (a rerun after an
-interruption) is kept, not redone: recording resumes.
+embodiment, with the task as the prompt, the simulator's fps, the episode's seed, the
+expert that recorded it (`expert`: tasks.expert_variant) and the ticks of its two successes
+in its attributes. An episode already there (a rerun after an interruption) is kept, not
+redone: recording resumes, and refuses a folder recorded with other cameras or by another
+expert.
 
 With `workers` > 1 the episodes are shared among that many simulator processes (spawned,
 each making its tasks once): an episode depends on its seed alone, so what is written is
@@ -30,10 +32,11 @@ from tqdm import tqdm
 
 from polymimic_data.embodiments import DECLARATION, check_declaration, declared_cameras
 from polymimic_data.store import EpisodeReader, EpisodeWriter
-from polymimic_sim.task_types import SimTask
-from polymimic_sim.tasks import default_cameras, make_task, suite_tasks
+from polymimic_sim.task_types import STOCK_EXPERT, SimTask
+from polymimic_sim.tasks import default_cameras, expert_variant, make_task, suite_tasks
 
 LINGER = 10  # frames recorded after success: the policy learns to hold, not to leave
+EXPERT = "expert"  # an episode's attribute: the expert that recorded it (tasks.expert_variant)
 
 
 @dataclass
@@ -102,7 +105,7 @@ def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 
     declaration = task.declaration()
     check_declaration(declaration, source=str(path))
     metadata = {DECLARATION: declaration, "seed": int(seed), "sim_task": task.name,
-                "success_step": int(success_at),
+                EXPERT: task.expert_variant, "success_step": int(success_at),
                 "strict_success_step": None if strict_at is None else int(strict_at)}  # fmt: skip
     with EpisodeWriter(
         path,
@@ -127,11 +130,14 @@ def record(
     cameras: Sequence[str] | None = None,
     progress: bool = True,
     workers: int = 1,
+    expert: str | None = None,
 ) -> RecordReport:
     """Record `episodes` scripted demonstrations of `task_name` under `dest`.
 
     A suite (`metaworld/mt10`) records `episodes` of each of its tasks, from the same seeds.
     `workers`: simulator processes sharing the episodes (see the module docstring).
+    `expert`: the scripted expert of every task (tasks.expert_variant; None: each its
+    default), e.g. `stock` for MetaWorld's policies as written.
     """
     if episodes < 1:
         raise ValueError(f"episodes: a positive number, got {episodes}")
@@ -142,11 +148,12 @@ def record(
              for name in suite_tasks(task_name)
              for episode_seed in range(seed, seed + episodes)]  # fmt: skip
     todo = [job for job in every if not job[2].exists()]  # an episode there is kept
-    kept = [path for _, _, path in every if path.exists()]
+    kept = [(name, path) for name, _, path in every if path.exists()]
+    experts = {name: expert_variant(name, expert) for name in suite_tasks(task_name)}
     asked = tuple(cameras) if cameras else default_cameras(task_name)  # [] too: a task's own
     if kept and asked is not None:  # an unknown task is refused below, by make_task
-        _check_kept(kept, asked, given=bool(cameras))
-    setup = (tuple(image_size), tuple(cameras) if cameras else None)
+        _check_kept(kept, asked, experts, given=bool(cameras))
+    setup = (tuple(image_size), tuple(cameras) if cameras else None, expert)
     bar = tqdm(total=len(todo), desc=f"record {task_name}", disable=not progress)
     with bar:
         if workers == 1 or len(todo) < 2:
@@ -164,24 +171,39 @@ def record(
     return report
 
 
-def _check_kept(paths: list[Path], cameras: tuple[str, ...], *, given: bool = True) -> None:
-    """Episodes kept from an earlier recording hold the cameras asked for now, else ValueError.
+def _check_kept(
+    kept: list[tuple[str, Path]],
+    cameras: tuple[str, ...],
+    experts: dict[str, str],
+    *,
+    given: bool = True,
+) -> None:
+    """Episodes kept from an earlier recording match this one, else ValueError naming the first.
 
-    (A folder recorded with another view, resumed with this one, would train on a mix.)
-    `given`: the cameras were asked for; else they are the task's default.
+    Each (task, path) holds the cameras asked for now and was recorded by the expert its task
+    records with now (`experts`; an episode naming none, by the stock expert): a
+    folder recorded with another view or expert, resumed, would train on a mix. `given`: the
+    cameras were asked for; else they are the task's default.
     """
     whose = "" if given else " (the task's default: name its cameras to resume that view)"
-    for path in paths:
-        held = declared_cameras(EpisodeReader(path).attrs) or ()
+    again = ("an episode already there is kept, not recorded again: record into another "
+             "folder, or remove the old episodes")  # fmt: skip
+    for name, path in kept:
+        attrs = EpisodeReader(path).attrs
+        held = declared_cameras(attrs) or ()
         if held != cameras:
             raise ValueError(
-                f"{path}: recorded with cameras {list(held)}, not {list(cameras)}{whose}; an "
-                "episode already there is kept, not recorded again: record into another "
-                "folder, or remove the old episodes"
+                f"{path}: recorded with cameras {list(held)}, not {list(cameras)}{whose}; {again}"
+            )
+        expert = attrs.get(EXPERT, STOCK_EXPERT)
+        if expert != (now := experts[name]):
+            raise ValueError(
+                f"{path}: recorded by the {expert!r} expert of {name}, which records with the "
+                f"{now!r} one now; {again}"
             )
 
 
-Setup = tuple[tuple[int, ...], tuple[str, ...] | None]  # image size, cameras
+Setup = tuple[tuple[int, ...], tuple[str, ...] | None, str | None]  # image size, cameras, expert
 
 
 def _record_in_turn(
@@ -259,8 +281,8 @@ def _close_worker_tasks() -> None:
 
 def _make_checked(name: str, setup: Setup) -> SimTask:
     """The task, its declaration checked: a task that records nothing says so at once."""
-    image_size, cameras = setup
-    task = make_task(name, image_size=image_size, cameras=cameras)
+    image_size, cameras, expert = setup
+    task = make_task(name, image_size=image_size, cameras=cameras, expert=expert)
     try:
         task.declaration()
     except BaseException:

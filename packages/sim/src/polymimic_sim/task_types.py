@@ -32,6 +32,9 @@ class Step:
     strict_success: bool  # the task's strict success (see the family), else as `success`
 
 
+STOCK_EXPERT = "stock"  # a task's scripted expert as its source wrote it (tasks.expert_variant)
+
+
 class SimTask(Protocol):
     """One simulated task (see the module docstring)."""
 
@@ -42,6 +45,7 @@ class SimTask(Protocol):
     registered_steps: int  # the step limit its reference registers (gym-aloha's: 300)
     prompt: str
     cameras: list[str]
+    expert_variant: str  # which scripted expert expert_action runs (tasks.expert_variant)
 
     def declaration(self) -> dict[str, Any]:
         """The embodiment its episodes declare (polymimic-data's declared embodiments)."""

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from polymimic_sim.task_types import SimTask, UnknownTaskError
+from polymimic_sim.task_types import STOCK_EXPERT, SimTask, UnknownTaskError
 
 
 def metaworld_tasks() -> list[str]:
@@ -119,6 +119,25 @@ def default_cameras(name: str) -> tuple[str, ...] | None:
     return tuple(_task_class(family).default_cameras) if family in FAMILIES else None
 
 
+def expert_variant(name: str, asked: str | None = None) -> str:
+    """The expert task `name` runs, `asked` or its default, by name (no simulator started).
+
+    STOCK_EXPERT (the expert as its source wrote it), or a variant its family has
+    (metaworld_tasks.FINGERTIP_GOAL_TASKS: the default there). A recording writes it into
+    each episode (`expert`; an episode without one was recorded by the stock expert), and a
+    resumed recording refuses kept episodes of another expert. ValueError for an expert
+    the task does not have.
+    """
+    family, _, task = name.partition("/")
+    if family == "metaworld":
+        from polymimic_sim.metaworld_tasks import expert_variant as metaworld_variant
+
+        return metaworld_variant(task, asked)
+    if asked not in (None, STOCK_EXPERT):
+        raise ValueError(f"expert {asked!r} for {name}: its one expert is {STOCK_EXPERT!r}")
+    return STOCK_EXPERT
+
+
 EMBODIMENTS = {
     "aloha": "sim/aloha",
     "aloha_ee": "sim/aloha_ee",
@@ -164,11 +183,13 @@ def make_task(
     image_size: Sequence[int] = (96, 128),
     cameras: Sequence[str] | None = None,
     cheap_rendering: bool = True,
+    expert: str | None = None,
 ) -> SimTask:
     """The task called `name` (e.g. `metaworld/reach-v3`), rendering at `image_size` (H, W).
 
     `cheap_rendering`: no shadows, no multisampling (the default, for recording and
-    evaluation alike); off only to measure what it saves.
+    evaluation alike); off only to measure what it saves. `expert`: the scripted expert
+    `expert_action` runs (expert_variant; None: the task's default).
     """
     family, _, task = name.partition("/")
     if name in SUITES:
@@ -178,7 +199,12 @@ def make_task(
         )
     if family in FAMILIES and task:
         make = _task_class(family)
-        return make(task, image_size=image_size, cameras=cameras, cheap_rendering=cheap_rendering)
+        options = {"image_size": image_size, "cameras": cameras, "cheap_rendering": cheap_rendering}
+        if family == "metaworld":  # the one family with more than one expert
+            options["expert"] = expert
+        else:
+            expert_variant(name, expert)  # refuses another
+        return make(task, **options)
     raise UnknownTaskError(
         f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
         "(e.g. metaworld/reach-v3), or aloha/<task>, aloha_ee/<task>, aloha_ego/<task>, "
