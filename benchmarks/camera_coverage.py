@@ -4,14 +4,15 @@
         [--cameras corner2,corner4,corner4_fov40,corner4_fov30] [--episodes 20]
         [--seed 1000] [--image-size 96x128]
 
-Runs MetaWorld's scripted expert through each task of the suite on held-out seeds, for the
-frames a recording keeps (every tick to the strict success and `LINGER` more, as `record`
-keeps them; an evaluation's are the first of them; an episode the expert fails is not
-recorded and not counted, `expert_failed` says how many), and projects the points the task is
-judged by (the fingertips' middle, `tcp_center`; each object; the goal) through each camera
-with polymimic_sim.project_view, the pinhole the renderer draws with (a narrowed camera's
-field of view, e.g. 40 degrees for `corner4_fov40`). Nothing is rendered. One JSON line per
-task and camera:
+Runs each task's scripted expert (its default: reach's and pick-place's were corrected after
+the sim README's table was measured, which moves their frames a little) through each task
+of the suite on held-out seeds, for the frames a recording keeps (every tick to the strict
+success and `LINGER` more, as `record` keeps them; an evaluation's are the first of them; an
+episode the expert fails is not recorded and not counted, `expert_failed` says how many),
+and projects the points the task is judged by (the fingertips' middle, `tcp_center`; each
+object; the goal) through each camera with polymimic_sim.project_view, the pinhole the
+renderer draws with (a narrowed camera's field of view, e.g. 40 degrees for
+`corner4_fov40`). Nothing is rendered. One JSON line per task and camera:
 
 - `in_view`: the fraction of (frame, point) pairs inside the frame; 1.0 is every one;
 - `margin_px`: the least distance of any of them to the frame's edge, in pixels of

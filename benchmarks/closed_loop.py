@@ -38,7 +38,7 @@ from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from headline import RESULTS, add_results_arguments, save
 from hydra import compose, initialize_config_module
 
-from polymimic_sim import record
+from polymimic_sim import expert_variant, record, suite_tasks
 from polymimic_train import recorded_cameras
 
 emit = figure_printer("closed_loop")
@@ -84,17 +84,24 @@ def trained_cameras(data: str, overrides: list[str]) -> tuple[str, ...] | None:
 
 
 def record_resumed(
-    task: str, demos_dir: Path, demos: int, workers: int, cameras: tuple[str, ...] | None = None
+    task: str,
+    demos_dir: Path,
+    demos: int,
+    workers: int,
+    cameras: tuple[str, ...] | None = None,
+    expert: str | None = None,
 ) -> tuple[Any, float]:
     """Record the demonstrations (those not there yet); the report, and the seconds every
     invocation spent recording them, summed (`record_log.json` beside the demonstrations,
     so a recording resumed after an interruption, or made ahead of the training, is counted
     whole). A resumed run simulates the expert's failed seeds again: they are never written.
+    `expert`: record's (None: each task's default expert).
     """
     before = len(list(demos_dir.glob("*.zarr"))) if demos_dir.exists() else 0
     start = time.perf_counter()
     try:
-        report = record(task, demos_dir, episodes=demos, workers=workers, cameras=cameras)
+        report = record(task, demos_dir, episodes=demos, workers=workers, cameras=cameras,
+                        expert=expert)  # fmt: skip
     finally:  # an interrupted run's time counts too
         after = len(list(demos_dir.glob("*.zarr"))) if demos_dir.exists() else 0
         record_s = timed_log(demos_dir.parent / "record_log.json", time.perf_counter() - start,
@@ -114,6 +121,8 @@ def main() -> None:
     parser.add_argument("--record-only", action="store_true",
                         help="record the demonstrations and stop (a later run trains on them, "
                         "its record_s counting this run's)")  # fmt: skip
+    parser.add_argument("--expert", help="the scripted expert of every task (default: each "
+                        "task's own; stock: as its source wrote it)")  # fmt: skip
     more = "more overrides for the training run, e.g. model=hpt_12m"
     parser.add_argument("--train-args", nargs="*", default=[], help=more)
     add_results_arguments(parser, RESULTS / "closed_loop", "<headline>.json")
@@ -128,7 +137,9 @@ def main() -> None:
 
     demos_dir = work / "demos"
     cameras = trained_cameras(spec.data, [*spec.overrides, *opts.train_args])
-    report, record_s = record_resumed(spec.task, demos_dir, demos, opts.workers, cameras)
+    report, record_s = record_resumed(spec.task, demos_dir, demos, opts.workers, cameras,
+                                      opts.expert)  # fmt: skip
+    experts = {task: expert_variant(task, opts.expert) for task in suite_tasks(spec.task)}
     recorded = len(report.written) + len(report.kept)  # the expert's failures are not written
     if opts.record_only:
         print(f"{spec.task}: {recorded} demonstrations under {demos_dir} "
@@ -141,7 +152,7 @@ def main() -> None:
     line = emit(
         "success_rate", result["successes"] / result["episodes"], "fraction",
         headline=opts.headline, task=spec.task, demos=demos, demos_recorded=recorded,
-        expert_success=report.success_rate, steps=steps, anchor=spec.anchor,
+        expert_success=report.success_rate, experts=experts, steps=steps, anchor=spec.anchor,
         record_s=round(record_s, 1), record_workers=opts.workers, **result,
     )  # fmt: skip
     if opts.results:

@@ -209,6 +209,15 @@ def _grid_entry(r: dict[str, Any]) -> str:
     return f"**{r['successes']}** ({100 * low:.0f}-{100 * high:.0f})" + (f" `{tag}`" if tag else "")
 
 
+def _demos(r: dict[str, Any]) -> str:
+    """The demonstrations, and the tasks whose expert was not the stock one (`experts`; a
+    result without it predates the corrected experts: every one stock)."""
+    other = {task.removeprefix("metaworld/").removesuffix("-v3"): expert
+             for task, expert in (r.get("experts") or {}).items() if expert != "stock"}  # fmt: skip
+    by = "; ".join(f"{task}: {expert}" for task, expert in sorted(other.items()))
+    return f"{r['demos']} ({by})" if by else str(r["demos"])
+
+
 def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
     """The headline figures (closed_loop.py), one row each, with the field's beside them."""
     if not results:
@@ -216,8 +225,9 @@ def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
             "No headline result recorded yet (`uv run nox -s bench-closed-loop -- --headline ...`)."
         )
     rows = _header(
-        f"headline | task | model | demos | training steps | {OUTCOME_HEADER} | lowest task | "
-        "the field's | record / train / eval | seeds | commit, machine | command"
+        f"headline | task | model | demos (experts not stock) | training steps | "
+        f"{OUTCOME_HEADER} | lowest task | the field's | record / train / eval | seeds | "
+        "commit, machine | command"
     )
     for path, r in results:
         _require(path, r, CLOSED_LOOP_KEYS)
@@ -226,7 +236,7 @@ def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
         lowest = min(per_task.items(), key=lambda kv: kv[1]) if per_task else None
         worst = f"{lowest[0]} {100 * lowest[1]:.0f}%" if lowest else "-"
         rows.append(
-            f"| {r['headline']} | {r['task']} | {r['model']} | {r['demos']} | {r['steps']} | "
+            f"| {r['headline']} | {r['task']} | {r['model']} | {_demos(r)} | {r['steps']} | "
             f"{_outcome(r)} | {worst} | {r['anchor']} | {_minutes(r['record_s'])} / "
             f"{_minutes(r['train_s'])} / {_minutes(r['eval_s'])} | {_provenance(r)} |"
         )

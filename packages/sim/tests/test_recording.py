@@ -232,6 +232,27 @@ def test_the_expert_brings_what_success_judges_to_the_goal_not_the_hand(
         stock.close()
 
 
+def test_the_expert_asked_for_records_each_episode_and_is_named_in_it(
+    reach_episodes: Path, tmp_path: Path
+) -> None:
+    """In this process, in worker processes and from the command line: each episode names the
+    expert that ran, and MetaWorld's stock one moves otherwise than the corrected default."""
+    from polymimic_sim.cli import main
+
+    record(TASK, tmp_path / "here", episodes=1, image_size=SIZE, progress=False, expert="stock")
+    record(TASK, tmp_path / "workers", episodes=2, image_size=SIZE, progress=False,
+           expert="stock", workers=2)  # fmt: skip
+    argv = ["record", TASK, str(tmp_path / "cli"), "--episodes", "1", "--image-size", "48x64"]
+    assert main([*argv, "--expert", "stock"]) == 0
+    for folder in ("here", "workers", "cli"):
+        episodes = sorted((tmp_path / folder).iterdir())
+        assert episodes and {EpisodeReader(p).attrs["expert"] for p in episodes} == {"stock"}
+    (first, _) = sorted(reach_episodes.iterdir())  # seed 0, the corrected expert's
+    stock = EpisodeReader(tmp_path / "here" / first.name).read_numeric("action")
+    corrected = EpisodeReader(first).read_numeric("action")
+    assert len(stock) != len(corrected) or not np.allclose(stock, corrected)
+
+
 @pytest.mark.parametrize(
     ("name", "expert", "message"),
     [
@@ -270,8 +291,11 @@ def test_a_recording_resumed_over_another_experts_episodes_is_refused(
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     with pytest.raises(ValueError, match=r"seed000000.zarr: recorded by the 'stock' expert of "
                        r"metaworld/reach-v3, which records with the 'fingertips_to_goal' one "
-                       r"now; .* record into another folder"):  # fmt: skip
+                       r"now \(ask for 'stock' to resume them: --expert stock\); .* record "
+                       r"into another folder"):  # fmt: skip
         record(TASK, tmp_path, episodes=2, image_size=SIZE, progress=False)
+    with pytest.raises(ValueError, match=r"seed000000.zarr: recorded by the 'stock' expert"):
+        record(TASK, tmp_path, episodes=1, seed=5, image_size=SIZE, progress=False)  # other seeds
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
     kept = record(TASK, tmp_path, episodes=1, image_size=SIZE, progress=False, expert="stock")
     assert kept.kept == [old] and kept.written == []  # resumed with the expert it holds

@@ -57,6 +57,24 @@ def test_every_executor_runs_inside_rollouts(untrained_sawyer: Path, executor: s
     assert 0.0 <= low <= summary["success_rate"] <= high <= 1.0
 
 
+def test_the_experts_steps_are_its_own_and_the_summary_names_it() -> None:
+    """The expert a summary sets beside the policy is the task's (by name: its default),
+    measured and kept apart per expert: reach's corrected one is not MetaWorld's stock one."""
+    from polymimic_sim.episodes import Outcome, expert_steps_to_success, summarise
+
+    stock = make_task(TASK, image_size=SIZE, expert="stock")
+    try:
+        stock_steps = expert_steps_to_success(stock, [0, 1], 500)
+    finally:
+        stock.close()
+    default_steps = expert_steps_to_success(TASK, [0, 1], 500)  # made by name: the default
+    assert len(stock_steps) == len(default_steps) == 2 and stock_steps != default_steps
+    solved = [Outcome(0, True, 40, 1.0, success_step=40)]
+    by_name = summarise(TASK, "chunk", solved, 1.0, limit=500, registered_steps=500)
+    named = summarise(TASK, "chunk", solved, 1.0, limit=500, registered_steps=500, expert="stock")
+    assert (by_name["expert"], named["expert"]) == ("fingertips_to_goal", "stock")
+
+
 def test_the_cli_writes_the_summary(untrained_sawyer: Path, tmp_path: Path, capsys) -> None:
     options = ["--executor", "rtc", "--n-action-steps", "4", "--delay", "1", "--via-server"]
     code = main(

@@ -17,6 +17,7 @@ from .task_types import MissingExtraError as MissingExtraError
 from .task_types import SimTask as SimTask
 from .task_types import UnknownTaskError as UnknownTaskError
 from .tasks import default_cameras as default_cameras
+from .tasks import expert_variant as expert_variant
 from .tasks import make_task as make_task
 from .tasks import object_poses as object_poses
 from .tasks import suite_tasks as suite_tasks

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from polymimic_sim.task_types import SimTask, Step
-from polymimic_sim.tasks import make_task, staged_reward
+from polymimic_sim.tasks import expert_variant, make_task, staged_reward
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 SUCCESS_COLOUR, FAILURE_COLOUR, BORDER = (0, 200, 0), (220, 0, 0), 3  # the videos' frames
@@ -127,18 +127,20 @@ class EpisodeTally:
         return outcome
 
 
-_EXPERT_STEPS: dict[tuple[str, int, int], int | None] = {}  # (task, seed, limit): measured
+# (task, its expert's variant, seed, limit): measured
+_EXPERT_STEPS: dict[tuple[str, str, int, int], int | None] = {}
 
 
 def expert_steps_to_success(task: SimTask | str, seeds: list[int], limit: int) -> list[int]:
     """The scripted expert's ticks to (standard) success from each of `seeds`, within `limit`.
 
-    `task`: a task, or its name (made here only when a seed is not measured yet). A seed the
-    expert fails is left out. Measured once per task, seed and limit in a process (a
-    training callback evaluates again and again).
+    `task`: a task (its expert), or its name (its default expert; made here only when a seed
+    is not measured yet). A seed the expert fails is left out. Measured once per task,
+    expert, seed and limit in a process (a training callback evaluates again and again).
     """
     name = task if isinstance(task, str) else task.name
-    missing = [seed for seed in seeds if (name, seed, limit) not in _EXPERT_STEPS]
+    variant = expert_variant(name) if isinstance(task, str) else task.expert_variant
+    missing = [seed for seed in seeds if (name, variant, seed, limit) not in _EXPERT_STEPS]
     if missing:
         made = make_task(task) if isinstance(task, str) else task
         try:
@@ -147,11 +149,11 @@ def expert_steps_to_success(task: SimTask | str, seeds: list[int], limit: int) -
                 tally, outcome = EpisodeTally(seed, limit), None
                 while outcome is None:
                     outcome = tally.add(made.step(made.expert_action()))
-                _EXPERT_STEPS[(name, seed, limit)] = outcome.success_step
+                _EXPERT_STEPS[(name, variant, seed, limit)] = outcome.success_step
         finally:
             if made is not task:
                 made.close()
-    measured = (_EXPERT_STEPS[(name, seed, limit)] for seed in seeds)
+    measured = (_EXPERT_STEPS[(name, variant, seed, limit)] for seed in seeds)
     return [steps for steps in measured if steps is not None]
 
 
@@ -209,6 +211,7 @@ def summarise(
     limit: int,
     registered_steps: int,
     expert_steps: list[int] | None = None,
+    expert: str | None = None,
 ) -> dict:
     """The plain-data summary of a set of rollouts run to `limit` ticks at most.
 
@@ -217,7 +220,8 @@ def summarise(
     standard rate at each of the task's registered limit and `limit` (`success_at_steps`,
     by limit); mean ticks to success, standard and strict; `expert_steps`, the scripted
     expert's ticks to success on some of the same seeds, their mean beside the policy's
-    (`steps_to_success_vs_expert`: the ratio); for a staged reward, how many episodes
+    (`steps_to_success_vs_expert`: the ratio), and which expert (`expert`: its variant, None
+    for the task's default, tasks.expert_variant); for a staged reward, how many episodes
     stopped at each stage (`stages_reached`); mean return, jerk, rates, every outcome.
     """
     outcomes = sorted(outcomes, key=lambda o: o.seed)
@@ -230,7 +234,7 @@ def summarise(
         for n in sorted({min(registered_steps, limit), limit})
     }  # fmt: skip
     to_success = _mean([o.success_step for o in outcomes if o.success_step is not None])
-    expert = _mean(expert_steps or [])
+    expert_mean = _mean(expert_steps or [])
     steps = sum(o.steps for o in outcomes)
     jerks = [o.boundary_jerk for o in outcomes if o.boundary_jerk is not None]
     return {
@@ -251,9 +255,12 @@ def summarise(
         "mean_steps_to_strict_success": _mean(
             [o.strict_success_step for o in outcomes if o.strict_success_step is not None]
         ),
+        "expert": expert or expert_variant(task_name),
         "expert_steps_to_success": expert_steps,
-        "expert_mean_steps_to_success": expert,
-        "steps_to_success_vs_expert": to_success / expert if to_success and expert else None,
+        "expert_mean_steps_to_success": expert_mean,
+        "steps_to_success_vs_expert": (
+            to_success / expert_mean if to_success and expert_mean else None
+        ),
         "mean_boundary_jerk": float(np.mean(jerks)) if jerks else None,
         "env_steps": steps,
         "seconds": seconds,

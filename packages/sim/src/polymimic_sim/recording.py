@@ -66,6 +66,11 @@ def _episode_path(dest: Path, task_name: str, seed: int) -> Path:
     return dest / f"{task_name.replace('/', '_')}_seed{seed:06d}.zarr"
 
 
+def _episodes_of(task_name: str) -> str:
+    """The glob pattern of `task_name`'s episodes in a folder, every seed's (_episode_path)."""
+    return f"{task_name.replace('/', '_')}_seed*.zarr"
+
+
 def episode_arrays(task: SimTask, states: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
     """The arrays an episode stores.
 
@@ -148,11 +153,12 @@ def record(
              for name in suite_tasks(task_name)
              for episode_seed in range(seed, seed + episodes)]  # fmt: skip
     todo = [job for job in every if not job[2].exists()]  # an episode there is kept
-    kept = [(name, path) for name, _, path in every if path.exists()]
     experts = {name: expert_variant(name, expert) for name in suite_tasks(task_name)}
+    # every episode of these tasks already there, of these seeds or others: one folder, one mix
+    there = [(name, path) for name in experts for path in sorted(dest.glob(_episodes_of(name)))]
     asked = tuple(cameras) if cameras else default_cameras(task_name)  # [] too: a task's own
-    if kept and asked is not None:  # an unknown task is refused below, by make_task
-        _check_kept(kept, asked, experts, given=bool(cameras))
+    if there and asked is not None:  # an unknown task is refused below, by make_task
+        _check_kept(there, asked, experts, given=bool(cameras))
     setup = (tuple(image_size), tuple(cameras) if cameras else None, expert)
     bar = tqdm(total=len(todo), desc=f"record {task_name}", disable=not progress)
     with bar:
@@ -199,7 +205,7 @@ def _check_kept(
         if expert != (now := experts[name]):
             raise ValueError(
                 f"{path}: recorded by the {expert!r} expert of {name}, which records with the "
-                f"{now!r} one now; {again}"
+                f"{now!r} one now (ask for {expert!r} to resume them: --expert {expert}); {again}"
             )
 
 

@@ -165,6 +165,7 @@ def evaluate(
         task.name, settings.executor, outcomes, time.perf_counter() - start, limit=limit,
         registered_steps=task.registered_steps,
         expert_steps=expert_steps_to_success(task, settings.expert_seeds, limit),
+        expert=task.expert_variant,
     )  # fmt: skip
     summary |= {"workers": 1, "videos": [str(p) for p in written]}
     summary |= {"realtime": settings.realtime, "inference_slowdown": settings.inference_slowdown}
@@ -331,6 +332,7 @@ def combine(suite: str, parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
         "strict_success_rate_per_task": {
             name: p["strict_success_rate"] for name, p in parts.items()
         },
+        "experts": {name: p.get("expert") for name, p in parts.items()},  # each task's expert
         "env_steps": steps,
         "seconds": seconds,
         "env_steps_per_s": steps / seconds if seconds > 0 else None,
