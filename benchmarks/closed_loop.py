@@ -9,7 +9,7 @@ A headline is a task, the demonstrations recorded of it, a training budget and t
 seeds it is evaluated on, with the figure the field reports for it beside ours:
 
 - `transfer_cube`: ALOHA's transfer cube from 50 scripted demonstrations (ACT ~90%);
-- `insertion`: ALOHA's insertion from 50 (ACT ~50%);
+- `insertion`: ALOHA's insertion from 50, seen through `top_fov45` (ACT ~50%);
 - `mt10`: MetaWorld's MT10, one policy for its ten tasks told apart by the prompt, 50
   demonstrations of each (SmolVLA 68% on MT50, pi0 ~50%, Diffusion Policy ~10%).
 
