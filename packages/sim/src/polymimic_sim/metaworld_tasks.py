@@ -16,9 +16,11 @@ where it steers the *hand* to the goal but success is judged at the fingertips' 
 (reach) or at the object they hold (pick-place), it is given the goal raised by the hand's
 height over the fingertips (4.5 cm), so that what is judged arrives there. Uncorrected, the
 expert's own fingertips end 4.5-4.9 cm from reach's goal, inside its 5 cm radius by a few
-millimetres: its demonstrations succeed by a hair, and a policy that copies them within a
-centimetre fails. Corrected, they end 2.8 cm off ten ticks after success and still closing
-(seeds 1000-1019: the median; pick-place's puck 2.0 cm against 3.9, of 7).
+millimetres: its demonstrations succeed by a hair, and a policy that copies them to within a
+centimetre often fails (reach alone: 51/100, against 85/100 on the corrected expert's;
+sim README). Corrected, they end 2.8 cm off ten ticks after success and still closing
+(seeds 1000-1019, the median; pick-place's puck 2.0 cm against 3.9, of 7:
+benchmarks/expert_margin.py).
 """
 
 from __future__ import annotations
