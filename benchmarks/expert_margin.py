@@ -16,37 +16,14 @@ success. Nothing is rendered but the observations' frames, at 48x64.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import numpy as np
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 
-from polymimic_sim import LINGER, make_task
+from polymimic_sim import LINGER, STOCK_EXPERT, distances_to_goal, make_task, run_expert
 
 emit = figure_printer("expert_margin")
 RADIUS = {"reach-v3": 0.05, "pick-place-v3": 0.07}  # MetaWorld's success radius, metres
-
-
-def judged_point(task: Any) -> np.ndarray:
-    """Where the task's success is judged: the fingertips' middle (reach), else the object."""
-    sim = task.sim
-    if task.name.endswith("reach-v3"):
-        return np.asarray(sim.tcp_center, float)
-    return np.asarray(sim._get_pos_objects(), float)[:3]
-
-
-def run(task: Any, seed: int) -> tuple[int | None, float]:
-    """The expert's tick of success (None if it failed) and the judged point's distance from
-    the goal `LINGER` ticks after it (or at the end)."""
-    task.reset(seed)
-    success_at = None
-    for tick in range(task.max_steps):
-        step = task.step(task.expert_action())
-        if step.success and success_at is None:
-            success_at = tick
-        if step.done or (success_at is not None and tick >= success_at + LINGER):
-            break
-    return success_at, float(np.linalg.norm(judged_point(task) - task.sim._target_pos))
 
 
 def main() -> None:
@@ -56,10 +33,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1000)
     args = parser.parse_args()
     for name in args.tasks.split(","):
-        for expert in ("stock", None):
+        for expert in (STOCK_EXPERT, None):
             task = make_task(f"metaworld/{name}", image_size=(48, 64), expert=expert)
             try:
-                runs = [run(task, seed) for seed in range(args.seed, args.seed + args.episodes)]
+                runs = []
+                for seed in range(args.seed, args.seed + args.episodes):
+                    success_at = run_expert(task, seed).success_at
+                    runs.append((success_at, distances_to_goal(task)["judged"]))
                 variant = task.expert_variant
             finally:
                 task.close()

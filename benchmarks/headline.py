@@ -212,8 +212,11 @@ def _grid_entry(r: dict[str, Any]) -> str:
 def _demos(r: dict[str, Any]) -> str:
     """The demonstrations, and the tasks whose expert was not the stock one (`experts`; a
     result without it predates the corrected experts: every one stock)."""
+    from polymimic_sim import STOCK_EXPERT  # here: bench-data imports this file without sim
+
+    experts = (r.get("experts") or {}).items()
     other = {task.removeprefix("metaworld/").removesuffix("-v3"): expert
-             for task, expert in (r.get("experts") or {}).items() if expert != "stock"}  # fmt: skip
+             for task, expert in experts if expert != STOCK_EXPERT}  # fmt: skip
     by = "; ".join(f"{task}: {expert}" for task, expert in sorted(other.items()))
     return f"{r['demos']} ({by})" if by else str(r["demos"])
 

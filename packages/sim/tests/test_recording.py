@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from polymimic_data import EpisodeReader, resolve_episodes
-from polymimic_sim import RolloutSettings, evaluate, make_task, record
+from polymimic_sim import (
+    RolloutSettings,
+    distances_to_goal,
+    evaluate,
+    make_task,
+    record,
+    run_expert,
+)
 from polymimic_sim.recording import LINGER
 from polymimic_sim.tasks import FAMILIES, default_cameras
 
@@ -190,23 +197,6 @@ def test_recording_in_worker_processes_writes_what_one_process_writes(
         assert ours.read_jpeg("corner2", 7) == theirs.read_jpeg("corner2", 7)
 
 
-def _judged_at_the_end(task: Any, seed: int) -> tuple[float, float]:
-    """The distance from the goal of what success judges (the fingertips' middle for reach,
-    the puck for pick-place) and of the hand, `LINGER` ticks after the expert's success."""
-    task.reset(seed)
-    success_at = None
-    for tick in range(task.max_steps):
-        if task.step(task.expert_action()).success and success_at is None:
-            success_at = tick
-        if success_at is not None and tick >= success_at + LINGER:
-            break
-    sim = task.sim
-    judged = sim.tcp_center if task.name.endswith("reach-v3") else sim._get_pos_objects()[:3]
-    hand = sim.data.body("hand").xpos
-    goal = sim._target_pos
-    return float(np.linalg.norm(judged - goal)), float(np.linalg.norm(hand - goal))
-
-
 @pytest.mark.parametrize(
     ("name", "within", "stock_beyond"), [("reach-v3", 0.035, 0.042), ("pick-place-v3", 0.03, 0.035)]
 )
@@ -223,8 +213,11 @@ def test_the_expert_brings_what_success_judges_to_the_goal_not_the_hand(
     try:
         assert (task.expert_variant, stock.expert_variant) == ("fingertips_to_goal", "stock")
         for seed in (0, 1):
-            judged, hand = _judged_at_the_end(task, seed)
-            stock_judged, stock_hand = _judged_at_the_end(stock, seed)  # the hand to the goal
+            ends = []
+            for expert in (task, stock):  # each left `LINGER` ticks past its success
+                assert run_expert(expert, seed).success_at is not None, (expert.name, seed)
+                ends.append(distances_to_goal(expert))
+            (judged, hand), (stock_judged, stock_hand) = ((e["judged"], e["hand"]) for e in ends)
             assert judged < within < stock_beyond < stock_judged, (seed, judged, stock_judged)
             assert hand > stock_hand, (seed, hand, stock_hand)
     finally:

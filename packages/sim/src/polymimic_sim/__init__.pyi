@@ -3,9 +3,12 @@
 from .camera_frames import project_view as project_view
 from .episodes import Outcome as Outcome
 from .episodes import wilson_interval as wilson_interval
+from .metaworld_tasks import distances_to_goal as distances_to_goal
 from .parallel import evaluate_parallel as evaluate_parallel
 from .recording import LINGER as LINGER
+from .recording import ExpertRun as ExpertRun
 from .recording import record as record
+from .recording import run_expert as run_expert
 from .rendering import RenderingError as RenderingError
 from .rollouts import describe as describe
 from .rollouts import evaluate as evaluate
@@ -13,6 +16,7 @@ from .rollouts import evaluate_checkpoint as evaluate_checkpoint
 from .rollouts import evaluate_policy as evaluate_policy
 from .rollouts import rollout as rollout
 from .settings import RolloutSettings as RolloutSettings
+from .task_types import STOCK_EXPERT as STOCK_EXPERT
 from .task_types import MissingExtraError as MissingExtraError
 from .task_types import SimTask as SimTask
 from .task_types import UnknownTaskError as UnknownTaskError

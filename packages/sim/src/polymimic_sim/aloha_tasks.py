@@ -56,12 +56,12 @@ from polymimic_sim.rendering import (
     render_cameras,
 )
 from polymimic_sim.task_types import (
-    STOCK_EXPERT,
     HeldFor,
     MissingExtraError,
     Step,
     UnknownTaskError,
     observation_of,
+    stock_expert_only,
 )
 
 EMBODIMENT = "sim/aloha"
@@ -412,7 +412,7 @@ class AlohaScene:
     """
 
     family = "aloha"
-    expert_variant = STOCK_EXPERT  # its scripted expert, the one there is (tasks.expert_variant)
+    expert_variant: str  # its scripted expert, the one there is (tasks.expert_variant)
     end_effector = False
     default_cameras: tuple[str, ...] = DEFAULT_CAMERAS
     head_camera = False
@@ -426,6 +426,7 @@ class AlohaScene:
         image_size: Sequence[int] = (96, 128),
         cameras: Sequence[str] | None = None,
         cheap_rendering: bool = True,
+        expert: str | None = None,
     ) -> None:
         if task not in PROMPTS:
             raise UnknownTaskError(
@@ -433,6 +434,7 @@ class AlohaScene:
                 f"{task_names()}"
             )
         self.task, self.name, self.prompt = task, f"{self.family}/{task}", PROMPTS[task]
+        self.expert_variant = stock_expert_only(self.name, expert)
         self.cameras = list(cameras or self.default_cameras)
         if HEAD_CAMERA in self.cameras and not self.head_camera:
             raise ValueError(

@@ -42,6 +42,7 @@ from polymimic_sim.rendering import (
 from polymimic_sim.task_types import (
     STOCK_EXPERT,
     MissingExtraError,
+    SimTask,
     Step,
     UnknownTaskError,
     observation_of,
@@ -260,3 +261,24 @@ class MetaWorldTask:
         """Release the renderer and the simulator."""
         self.renderer.close()
         self.sim.close()
+
+
+def distances_to_goal(task: SimTask) -> dict[str, float]:
+    """How far from the goal, in metres, what a MetaWorld task judges (`judged`) and its hand are.
+
+    Judged: the fingertips' middle for reach, the object (e.g. pick-place's puck) for the
+    others. benchmarks/expert_margin.py measures the experts' ends with it.
+    """
+    if not isinstance(task, MetaWorldTask):
+        raise TypeError(f"distances_to_goal: {task.name} is not a MetaWorld task")
+    sim = task.sim
+    goal = np.asarray(sim._target_pos, float)
+    if task.name.endswith("/reach-v3"):
+        judged = np.asarray(sim.tcp_center, float)
+    else:
+        judged = np.asarray(sim._get_pos_objects(), float)[:3]
+    hand = np.asarray(sim.data.body("hand").xpos, float)
+    return {
+        "judged": float(np.linalg.norm(judged - goal)),
+        "hand": float(np.linalg.norm(hand - goal)),
+    }

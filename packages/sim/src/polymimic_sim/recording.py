@@ -21,10 +21,11 @@ from __future__ import annotations
 import atexit
 import multiprocessing as mp
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import simplejpeg
@@ -62,13 +63,18 @@ class RecordReport:
         return {name: sum(oks) / len(oks) for name, oks in tasks.items()}
 
 
+def _episode_name(task_name: str, seed: str) -> str:
+    """An episode's folder name: its task's, then its seed (a glob's `*` for every seed)."""
+    return f"{task_name.replace('/', '_')}_seed{seed}.zarr"
+
+
 def _episode_path(dest: Path, task_name: str, seed: int) -> Path:
-    return dest / f"{task_name.replace('/', '_')}_seed{seed:06d}.zarr"
+    return dest / _episode_name(task_name, f"{seed:06d}")
 
 
 def _episodes_of(task_name: str) -> str:
-    """The glob pattern of `task_name`'s episodes in a folder, every seed's (_episode_path)."""
-    return f"{task_name.replace('/', '_')}_seed*.zarr"
+    """The glob pattern of `task_name`'s episodes in a folder, every seed's."""
+    return _episode_name(task_name, "*")
 
 
 def episode_arrays(task: SimTask, states: np.ndarray, actions: np.ndarray) -> dict[str, np.ndarray]:
@@ -83,20 +89,32 @@ def episode_arrays(task: SimTask, states: np.ndarray, actions: np.ndarray) -> di
     return {"observation.state": states, "action": actions}
 
 
-def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 90) -> bool:
-    """Run the expert from `seed`; write the episode to `path` if it succeeded."""
+@dataclass(frozen=True)
+class ExpertRun:
+    """When the scripted expert of one episode succeeded (tick; None: it did not)."""
+
+    success_at: int | None  # the task's standard success
+    strict_at: int | None  # its strict success
+    ticks: int  # the ticks it ran: to `LINGER` past its strict success, or to its end
+
+
+def run_expert(
+    task: SimTask, seed: int, keep: Callable[[dict[str, Any], np.ndarray], None] | None = None
+) -> ExpertRun:
+    """Run task's scripted expert from `seed` as a recording does; the ticks of its successes.
+
+    It stops `LINGER` ticks after its strict success, or when the simulator ends the episode.
+    `keep(observation, action)` is called at each tick (what a recording stores), before the
+    action is applied. The task is left where the run ended (to measure it there).
+    """
     observation = task.reset(seed)
-    states, actions, frames = [], [], {c: [] for c in task.cameras}
     success_at: int | None = None
     strict_at: int | None = None
+    tick = 0
     for tick in range(task.max_steps):
         action = task.expert_action()
-        states.append(observation["state"])
-        actions.append(action)
-        for camera in task.cameras:
-            frames[camera].append(
-                simplejpeg.encode_jpeg(observation["images"][camera], jpeg_quality)
-            )
+        if keep is not None:
+            keep(observation, action)
         step = task.step(action)
         observation = step.observation
         if step.success and success_at is None:
@@ -105,6 +123,23 @@ def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 
             strict_at = tick
         if step.done or (strict_at is not None and tick >= strict_at + LINGER):
             break
+    return ExpertRun(success_at, strict_at, tick + 1)
+
+
+def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 90) -> bool:
+    """Run the expert from `seed` (run_expert); write the episode to `path` if it succeeded."""
+    states, actions, frames = [], [], {c: [] for c in task.cameras}
+
+    def keep(observation: dict[str, Any], action: np.ndarray) -> None:
+        states.append(observation["state"])
+        actions.append(action)
+        for camera in task.cameras:
+            frames[camera].append(
+                simplejpeg.encode_jpeg(observation["images"][camera], jpeg_quality)
+            )
+
+    run = run_expert(task, seed, keep)
+    success_at, strict_at = run.success_at, run.strict_at
     if success_at is None:
         return False
     declaration = task.declaration()

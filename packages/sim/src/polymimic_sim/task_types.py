@@ -35,6 +35,13 @@ class Step:
 STOCK_EXPERT = "stock"  # a task's scripted expert as its source wrote it (tasks.expert_variant)
 
 
+def stock_expert_only(name: str, asked: str | None) -> str:
+    """STOCK_EXPERT, the one expert of task `name`'s family; ValueError for another `asked`."""
+    if asked not in (None, STOCK_EXPERT):
+        raise ValueError(f"expert {asked!r} for {name}: its one expert is {STOCK_EXPERT!r}")
+    return STOCK_EXPERT
+
+
 class SimTask(Protocol):
     """One simulated task (see the module docstring)."""
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from polymimic_sim.task_types import STOCK_EXPERT, SimTask, UnknownTaskError
+from polymimic_sim.task_types import SimTask, UnknownTaskError, stock_expert_only
 
 
 def metaworld_tasks() -> list[str]:
@@ -133,9 +133,7 @@ def expert_variant(name: str, asked: str | None = None) -> str:
         from polymimic_sim.metaworld_tasks import expert_variant as metaworld_variant
 
         return metaworld_variant(task, asked)
-    if asked not in (None, STOCK_EXPERT):
-        raise ValueError(f"expert {asked!r} for {name}: its one expert is {STOCK_EXPERT!r}")
-    return STOCK_EXPERT
+    return stock_expert_only(name, asked)
 
 
 EMBODIMENTS = {
@@ -198,13 +196,13 @@ def make_task(
             "suite_tasks(name)"
         )
     if family in FAMILIES and task:
-        make = _task_class(family)
-        options = {"image_size": image_size, "cameras": cameras, "cheap_rendering": cheap_rendering}
-        if family == "metaworld":  # the one family with more than one expert
-            options["expert"] = expert
-        else:
-            expert_variant(name, expert)  # refuses another
-        return make(task, **options)
+        return _task_class(family)(
+            task,
+            image_size=image_size,
+            cameras=cameras,
+            cheap_rendering=cheap_rendering,
+            expert=expert,
+        )
     raise UnknownTaskError(
         f"task {name!r}: not one of this package's simulators; use metaworld/<task> "
         "(e.g. metaworld/reach-v3), or aloha/<task>, aloha_ee/<task>, aloha_ego/<task>, "
