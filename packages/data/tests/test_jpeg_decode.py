@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import threading
 
 import numpy as np
@@ -91,3 +92,29 @@ def test_the_thread_pool_is_never_pickled_and_made_again_after_a_fork() -> None:
         os._exit(0)
     os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1"
+
+
+def test_frames_of_changing_sizes_decode_as_alone_and_a_bad_one_raises_as_simplejpeg() -> None:
+    """The next frame is decoded into a buffer the last one's size, without reading its
+    header first: a smaller frame after a larger, a larger after a smaller (simplejpeg then
+    refuses the buffer, and leaks a decompressor: the guess is off from then on) and a bad
+    JPEG between them each come out as decoded alone, or raise as simplejpeg does."""
+    from polymimic_data.samples import jpeg_decode
+
+    jpeg_decode._LAST_NBYTES.clear()
+    small, large, other = _jpegs(1, (48, 64))[0], _jpegs(1, (96, 128))[0], _jpegs(1, (8, 16))[0]
+    alone = {
+        jpeg: torch.from_numpy(simplejpeg.decode_jpeg(jpeg, colorspace="RGB")).permute(2, 0, 1)
+        for jpeg in (small, large, other)
+    }
+    key = (0, 0, False)
+    with pytest.raises(ValueError) as raised:
+        simplejpeg.decode_jpeg(b"\xff\xd8 not a jpeg", colorspace="RGB")
+    for jpeg, then in [(large, 96 * 128 * 3), (small, 48 * 64 * 3), (b"\xff\xd8 not a jpeg", None),
+                       (small, 48 * 64 * 3), (large, 0), (other, 0), (large, 0)]:  # fmt: skip
+        if then is None:
+            with pytest.raises(ValueError, match=re.escape(str(raised.value))):
+                decode_jpeg(jpeg)
+            continue
+        assert torch.equal(decode_jpeg(jpeg), alone[jpeg])
+        assert jpeg_decode._LAST_NBYTES[key] == then

@@ -210,8 +210,9 @@ class EpisodeDataset(Dataset[Sample]):
             if reference is None and 0 <= frame < n
             else {}
         )
-        state = tables["state"][frame + plan.state_rows] if "state" in tables else None
-        actions = tables["actions"][frame + plan.action_rows] if "actions" in tables else None
+        rows = plan.rows_at
+        state = rows(tables["state"], frame, plan.state_rows) if "state" in tables else None
+        actions = rows(tables["actions"], frame, plan.action_rows) if "actions" in tables else None
         if state is None or actions is None:  # assembled from the frames its window reads
             history, steps = plan.windows(frame)
             if state is None:

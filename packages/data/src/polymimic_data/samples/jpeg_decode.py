@@ -44,20 +44,47 @@ def off_boundary(nbytes: int) -> np.ndarray:
     return raw[start : start + nbytes]
 
 
+# The bytes of the last image decoded with the same (min height, min width, fastdct), so
+# the next is decoded straight into a buffer that size, without parsing its header first
+# (what the decode then parses again); 0: off for that key, after an image came out larger.
+# A too-small buffer costs simplejpeg 1.9 a decompressor it never frees (it raises before
+# destroying it), so a key meets that at most once a process; a smaller image is harmless.
+_LAST_NBYTES: dict[tuple[int, int, bool], int] = {}
+
+
 def _decode_rgb(data: bytes, height: int = 0, width: int = 0, fastdct: bool = False) -> np.ndarray:
     """An RGB decode by simplejpeg, into a buffer off the 32-byte boundary (see above)."""
+    key = (height, width, fastdct)
+    guess = _LAST_NBYTES.get(key)
+    if guess:
+        try:
+            image = simplejpeg.decode_jpeg(
+                data,
+                colorspace="RGB",
+                fastdct=fastdct,
+                min_height=height,
+                min_width=width,
+                buffer=off_boundary(guess),
+            )
+        except Exception:  # a buffer too small, or a bad JPEG: sized by its header below
+            pass
+        else:
+            if image.nbytes != guess:  # a smaller image: the next buffer its size
+                _LAST_NBYTES[key] = image.nbytes
+            return image
     try:
         out_height, out_width, _, _ = simplejpeg.decode_jpeg_header(
             data, min_height=height, min_width=width
         )
-        buffer = off_boundary(int(out_height) * int(out_width) * 3)
+        nbytes = int(out_height) * int(out_width) * 3
+        _LAST_NBYTES[key] = 0 if guess is not None and nbytes > guess else nbytes
         return simplejpeg.decode_jpeg(
             data,
             colorspace="RGB",
             fastdct=fastdct,
             min_height=height,
             min_width=width,
-            buffer=buffer,
+            buffer=off_boundary(nbytes),
         )
     except Exception:  # a bad JPEG: decoded again, to raise what simplejpeg raises for it
         return simplejpeg.decode_jpeg(
@@ -132,6 +159,12 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+# This process's id, kept by a fork hook (CameraDecoder asks at every sample; a system call).
+_PROCESS = [os.getpid()]
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=lambda: _PROCESS.__setitem__(0, os.getpid()))
+
+
 def _loader_workers() -> int:
     """The DataLoader workers this process is one of (0 outside one)."""
     from torch.utils.data import get_worker_info
@@ -162,12 +195,12 @@ class CameraDecoder:
         return {**self.__dict__, "_pool": None, "_pid": None, "threads": 0}
 
     def _executor(self) -> ThreadPoolExecutor | None:
-        if self._pid != os.getpid():  # first use here, or a fork of a process that used it
+        if self._pid != _PROCESS[0]:  # first use here, or a fork of a process that used it
             self.threads = self.requested or decode_threads(
                 self.cameras, _cores(), _loader_workers()
             )
             self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
-            self._pid = os.getpid()
+            self._pid = _PROCESS[0]
         return self._pool
 
     def __call__(
@@ -181,6 +214,10 @@ class CameraDecoder:
 
         `outs`: where each goes (decode_jpeg's `out`), one per JPEG.
         """
+        if self._executor() is None:  # in turn, without start's plumbing (a loader worker's
+            if outs is None:  # usual case: one per core, no threads to spare)
+                return [_decode_one(decode, data, size, None) for data in jpegs]
+            return [_decode_one(decode, d, size, o) for d, o in zip(jpegs, outs, strict=True)]
         return self.start(jpegs, size, decode, outs, alone=True)()
 
     def start(

@@ -165,12 +165,14 @@ class WindowSampler:
         self._step_offsets: Sequence[float] = self.step_offsets.tolist()
         steps = np.arange(horizon)
         self._masks = [steps < k for k in range(horizon + 1)]  # the first k steps (action_mask)
-        # Table row 0 is frame + offsets.min() at frame 0 (see row_tables).
-        self.state_rows = self.history_offsets - self.history_offsets.min()
-        self.action_rows = np.zeros(0, dtype=np.int64)
+        # A window's rows of a table (row 0 is frame + offsets.min() at frame 0: row_tables),
+        # from the sample's frame: evenly spaced offsets, a slice (copied: cheaper than
+        # indexing by an array of rows).
+        self.state_rows = slice(0, history)
+        self.action_rows = slice(0, 0)
         self.row_windows: dict[str, tuple[VectorRecipe, np.ndarray]] = {}
         if action_window is None:
-            self.action_rows = self.step_offsets - self.step_offsets.min()
+            self.action_rows = slice(0, (horizon - 1) * action_stride + 1, action_stride)
             for name, vector, offsets in (
                 ("state", recipe.state, self.history_offsets),
                 ("actions", recipe.actions, self.step_offsets),
@@ -197,6 +199,11 @@ class WindowSampler:
     def windows(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
         """Frames of the state history and of the action steps (fractional when resampled)."""
         return frame + self.history_offsets, frame + self.step_offsets
+
+    @staticmethod
+    def rows_at(table: np.ndarray, frame: int, rows: slice) -> np.ndarray:
+        """A copy of `table`'s `rows` (state_rows, action_rows) of the window at `frame`."""
+        return table[frame + rows.start : frame + rows.stop : rows.step].copy()
 
     def action_mask(self, frame: int, n: int) -> np.ndarray:
         """Which action steps of the sample at `frame` lie inside an episode of `n` frames.
