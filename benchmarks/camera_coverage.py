@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 
-from polymimic_sim import LINGER, make_task, project_view, suite_tasks
+from polymimic_sim import make_task, project_view, run_expert, suite_tasks
 
 emit = figure_printer("camera_coverage")
 
@@ -89,6 +89,27 @@ class Coverage:
         self.episode.append((inside, margin, spread, scale))
 
 
+class FrameProjector:
+    """At each frame a recording keeps (run_expert's `keep`), the scene projected through
+    each of `views` into its Coverage; the goal's centimetre steps at the first frame."""
+
+    def __init__(self, sim: Any, views: Any, size: tuple[int, int], coverage: dict) -> None:
+        self.sim, self.views, self.size, self.coverage = sim, views, size, coverage
+        self.first = True
+
+    def __call__(self, *_: Any) -> None:
+        model, data, size = self.sim.model, self.sim.data, self.size
+        points = scene_points(self.sim)
+        for view in self.views:
+            pixels, inside = project_view(model, data, view, size, points)
+            goal = None
+            if self.first:
+                steps = points[-1] + np.vstack([np.zeros(3), np.eye(3) * 0.01])
+                goal = project_view(model, data, view, size, steps)[0]
+            self.coverage[view.name].add(pixels, inside, size, goal)
+        self.first = False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--suite", default="metaworld/mt10")
@@ -105,33 +126,18 @@ def main() -> None:
     for name in suite_tasks(opts.suite):
         task: Any = make_task(name, image_size=size, cameras=cameras)
         views, task.views = task.views, ()  # the views' geometry only: render nothing
-        model, data = task.sim.model, task.sim.data
         coverage = {view.name: Coverage() for view in views}
         failed = 0
         try:
             for seed in range(opts.seed, opts.seed + opts.episodes):
-                task.reset(seed)
-                strict_at = None
-                for tick in range(task.max_steps):  # record_episode's frames, tick for tick
-                    points = scene_points(task.sim)
-                    for view in views:
-                        pixels, inside = project_view(model, data, view, size, points)
-                        goal = None
-                        if tick == 0:
-                            steps = points[-1] + np.vstack([np.zeros(3), np.eye(3) * 0.01])
-                            goal = project_view(model, data, view, size, steps)[0]
-                        coverage[view.name].add(pixels, inside, size, goal)
-                    step = task.step(task.expert_action())
-                    if step.strict_success and strict_at is None:
-                        strict_at = tick
-                    if step.done or (strict_at is not None and tick >= strict_at + LINGER):
-                        break
+                keep = FrameProjector(task.sim, views, size, coverage)
+                succeeded = run_expert(task, seed, keep).success_at is not None
                 for figures in coverage.values():  # a failed episode is never recorded
-                    if strict_at is None:
-                        figures.drop()
-                    else:
+                    if succeeded:
                         figures.keep()
-                failed += strict_at is None
+                    else:
+                        figures.drop()
+                failed += not succeeded
         finally:
             task.close()
         for camera, figures in coverage.items():

@@ -94,14 +94,17 @@ def test_the_thread_pool_is_never_pickled_and_made_again_after_a_fork() -> None:
     assert os.read(read, 1) == b"1"
 
 
-def test_frames_of_changing_sizes_decode_as_alone_and_a_bad_one_raises_as_simplejpeg() -> None:
+def test_frames_of_changing_sizes_decode_as_alone_and_a_bad_one_raises_as_simplejpeg(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The next frame is decoded into a buffer the last one's size, without reading its
     header first: a smaller frame after a larger, a larger after a smaller (simplejpeg then
     refuses the buffer, and leaks a decompressor: the guess is off from then on) and a bad
     JPEG between them each come out as decoded alone, or raise as simplejpeg does."""
     from polymimic_data.samples import jpeg_decode
 
-    jpeg_decode._LAST_NBYTES.clear()
+    monkeypatch.setattr(jpeg_decode, "_LAST_NBYTES", {})  # this test's own guesses
+    monkeypatch.setattr(jpeg_decode, "_NO_GUESS", set())
     small, large, other = _jpegs(1, (48, 64))[0], _jpegs(1, (96, 128))[0], _jpegs(1, (8, 16))[0]
     alone = {
         jpeg: torch.from_numpy(simplejpeg.decode_jpeg(jpeg, colorspace="RGB")).permute(2, 0, 1)
@@ -117,4 +120,30 @@ def test_frames_of_changing_sizes_decode_as_alone_and_a_bad_one_raises_as_simple
                 decode_jpeg(jpeg)
             continue
         assert torch.equal(decode_jpeg(jpeg), alone[jpeg])
-        assert jpeg_decode._LAST_NBYTES[key] == then
+        guessed = 0 if key in jpeg_decode._NO_GUESS else jpeg_decode._LAST_NBYTES[key]
+        assert guessed == then  # 0: off for good, after a larger frame than guessed
+
+
+def test_a_frame_decoded_into_a_batch_slot_without_its_header_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch's frame is decoded straight into its slot (`out`). A frame larger than the
+    slot (refused) or smaller turns the guess off for good; each comes out as decoded alone,
+    in the slot where it is the slot's size (a smaller one upscaled to `size`: resized in)."""
+    from polymimic_data.samples import jpeg_decode
+
+    small, large, shorter = (_jpegs(1, size)[0] for size in [(48, 64), (96, 128), (40, 64)])
+    # (frame, size asked, decoded in the slot, the guess off after it)
+    for steps in (
+        [(small, None, True, False), (large, None, False, True), (small, None, True, True)],
+        [(small, None, True, False), (shorter, None, False, True), (small, None, True, True)],
+        [(small, (96, 128), True, True), (large, (96, 128), True, True)],  # upscaled, resized in
+    ):
+        monkeypatch.setattr(jpeg_decode, "_NO_GUESS", set())
+        monkeypatch.setattr(jpeg_decode, "_LAST_NBYTES", {})
+        for jpeg, size, into, off in steps:
+            out = torch.zeros((*(size or (48, 64)), 3), dtype=torch.uint8)
+            image = decode_jpeg(jpeg, size, out)
+            assert torch.equal(image, decode_jpeg(jpeg, size))  # as alone, without a slot
+            assert (image.data_ptr() == out.data_ptr()) == into
+            assert ((*(size or (0, 0)), size is not None) in jpeg_decode._NO_GUESS) == off

@@ -108,7 +108,7 @@ class AlohaEndEffectorTask(AlohaScene):
     end_effector = True
 
     def __init__(self, task: str, **options: Any) -> None:
-        super().__init__(task, **options)  # image_size, cameras, cheap_rendering
+        super().__init__(task, **options)  # image_size, cameras, cheap_rendering, expert
         self.fps = 50.0
         self._camera = np.zeros(7)
         self._last = np.zeros(16)  # the last target sent (world frame)

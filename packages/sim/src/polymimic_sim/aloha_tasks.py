@@ -538,7 +538,7 @@ class AlohaTask(AlohaScene):
     embodiment = EMBODIMENT
 
     def __init__(self, task: str, **options: Any) -> None:
-        super().__init__(task, **options)  # image_size, cameras, cheap_rendering
+        super().__init__(task, **options)  # image_size, cameras, cheap_rendering, expert
         self.fps = float(_gym_aloha().constants.FPS)
         self._qpos: np.ndarray | None = None
         self._plan: np.ndarray | None = None

@@ -264,13 +264,18 @@ class MetaWorldTask:
 
 
 def distances_to_goal(task: SimTask) -> dict[str, float]:
-    """How far from the goal, in metres, what a MetaWorld task judges (`judged`) and its hand are.
+    """How far from the goal, in metres, what the task judges (`judged`) and its hand are.
 
-    Judged: the fingertips' middle for reach, the object (e.g. pick-place's puck) for the
-    others. benchmarks/expert_margin.py measures the experts' ends with it.
+    For the tasks judged by a point's distance from the goal whose expert can be corrected
+    (FINGERTIP_GOAL_TASKS): the fingertips' middle for reach, the puck for pick-place.
+    benchmarks/expert_margin.py measures the experts' ends with it. ValueError for another.
     """
-    if not isinstance(task, MetaWorldTask):
-        raise TypeError(f"distances_to_goal: {task.name} is not a MetaWorld task")
+    task_name = task.name.removeprefix("metaworld/")
+    if not isinstance(task, MetaWorldTask) or task_name not in FINGERTIP_GOAL_TASKS:
+        raise ValueError(
+            f"distances_to_goal: {task.name} is not one of "
+            f"{sorted('metaworld/' + t for t in FINGERTIP_GOAL_TASKS)}"
+        )
     sim = task.sim
     goal = np.asarray(sim._target_pos, float)
     if task.name.endswith("/reach-v3"):

@@ -95,7 +95,6 @@ class ExpertRun:
 
     success_at: int | None  # the task's standard success
     strict_at: int | None  # its strict success
-    ticks: int  # the ticks it ran: to `LINGER` past its strict success, or to its end
 
 
 def run_expert(
@@ -110,7 +109,6 @@ def run_expert(
     observation = task.reset(seed)
     success_at: int | None = None
     strict_at: int | None = None
-    tick = 0
     for tick in range(task.max_steps):
         action = task.expert_action()
         if keep is not None:
@@ -123,7 +121,7 @@ def run_expert(
             strict_at = tick
         if step.done or (strict_at is not None and tick >= strict_at + LINGER):
             break
-    return ExpertRun(success_at, strict_at, tick + 1)
+    return ExpertRun(success_at, strict_at)
 
 
 def record_episode(task: SimTask, seed: int, path: Path, *, jpeg_quality: int = 90) -> bool:

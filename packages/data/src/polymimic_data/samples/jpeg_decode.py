@@ -46,17 +46,21 @@ def off_boundary(nbytes: int) -> np.ndarray:
 
 # The bytes of the last image decoded with the same (min height, min width, fastdct), so
 # the next is decoded straight into a buffer that size, without parsing its header first
-# (what the decode then parses again); 0: off for that key, after an image came out larger.
-# A too-small buffer costs simplejpeg 1.9 a decompressor it never frees (it raises before
-# destroying it), so a key meets that at most once a process; a smaller image is harmless.
+# (what the decode then parses again). A too-small buffer costs simplejpeg 1.9 a
+# decompressor it never frees (it raises before destroying it), so a key whose image came
+# out larger than guessed goes into _NO_GUESS for good: a leak or so a key a process (a
+# few if threads raced). A smaller image is harmless: it lives in the larger buffer (until
+# collation copies it) and the next guess is its size. Frames of one size, the usual case
+# (a dataset's cameras decoded to one `image_size`), keep the guess.
 _LAST_NBYTES: dict[tuple[int, int, bool], int] = {}
+_NO_GUESS: set[tuple[int, int, bool]] = set()
 
 
 def _decode_rgb(data: bytes, height: int = 0, width: int = 0, fastdct: bool = False) -> np.ndarray:
     """An RGB decode by simplejpeg, into a buffer off the 32-byte boundary (see above)."""
     key = (height, width, fastdct)
-    guess = _LAST_NBYTES.get(key)
-    if guess:
+    guess = _LAST_NBYTES.get(key) if key not in _NO_GUESS else None
+    if guess is not None:
         try:
             image = simplejpeg.decode_jpeg(
                 data,
@@ -77,7 +81,10 @@ def _decode_rgb(data: bytes, height: int = 0, width: int = 0, fastdct: bool = Fa
             data, min_height=height, min_width=width
         )
         nbytes = int(out_height) * int(out_width) * 3
-        _LAST_NBYTES[key] = 0 if guess is not None and nbytes > guess else nbytes
+        if guess is not None and nbytes > guess:
+            _NO_GUESS.add(key)
+        elif key not in _NO_GUESS:
+            _LAST_NBYTES[key] = nbytes
         return simplejpeg.decode_jpeg(
             data,
             colorspace="RGB",
@@ -126,10 +133,26 @@ def _decode_into(
 ) -> torch.Tensor | None:
     """decode_jpeg into `out`; None where the image does not come out `out`'s size."""
     height, width = size if size is not None else (0, 0)
+    key = (height, width, size is not None)
+    if key not in _NO_GUESS:  # straight into `out` without its header first (_LAST_NBYTES)
+        try:
+            image = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=size is not None,
+                                           min_height=height, min_width=width,
+                                           buffer=out.numpy())  # fmt: skip
+        except Exception:  # larger than `out`, or a bad JPEG: its header says which below
+            pass
+        else:
+            if image.shape == out.shape:
+                return out.permute(2, 0, 1)
+            # Smaller, at the front of `out` (a frame upscaled to `size`, or a smaller camera):
+            # decoded again below, and these options guessed no more (each would be twice).
+            _NO_GUESS.add(key)
     try:
         scaled = simplejpeg.decode_jpeg_header(data, min_height=height, min_width=width)[:2]
     except Exception:  # a bad JPEG: decode_jpeg's own path raises what simplejpeg raises
         return None
+    if key not in _NO_GUESS and int(scaled[0]) * int(scaled[1]) * 3 > out.numel():
+        _NO_GUESS.add(key)  # it refused `out` (and leaked): these options are guessed no more
     if tuple(out.shape) != (*(size or scaled), 3):
         return None
     if tuple(scaled) == tuple(out.shape[:2]):  # straight into it
@@ -214,10 +237,8 @@ class CameraDecoder:
 
         `outs`: where each goes (decode_jpeg's `out`), one per JPEG.
         """
-        if self._executor() is None:  # in turn, without start's plumbing (a loader worker's
-            if outs is None:  # usual case: one per core, no threads to spare)
-                return [_decode_one(decode, data, size, None) for data in jpegs]
-            return [_decode_one(decode, d, size, o) for d, o in zip(jpegs, outs, strict=True)]
+        if self._executor() is None:  # a loader worker's usual case: a core each, no threads
+            return _in_turn(decode, jpegs, size, outs)  # (without start's plumbing)
         return self.start(jpegs, size, decode, outs, alone=True)()
 
     def start(
@@ -236,7 +257,6 @@ class CameraDecoder:
         threads); in turn, they are decoded before this returns. `alone`: a sample's
         JPEGs waited for at once, in turn where there is only one.
         """
-        into = list(outs) if outs is not None else [None] * len(jpegs)
         pool = self._executor()
         # (in that order: the frames' headers are parsed only where there are threads to use)
         if (
@@ -245,13 +265,24 @@ class CameraDecoder:
             or not jpegs
             or max(map(_pixels, jpegs)) < MIN_THREADED_PIXELS
         ):
-            done = [
-                _decode_one(decode, data, size, out) for data, out in zip(jpegs, into, strict=True)
-            ]
+            done = _in_turn(decode, jpegs, size, outs)
             return lambda: done
+        into = list(outs) if outs is not None else [None] * len(jpegs)
         futures = [pool.submit(_decode_one, decode, data, size, out)
                    for data, out in zip(jpegs, into, strict=True)]  # fmt: skip
         return lambda: [future.result() for future in futures]
+
+
+def _in_turn(
+    decode: Callable[..., torch.Tensor],
+    jpegs: Sequence[bytes],
+    size: tuple[int, int] | None,
+    outs: Sequence[torch.Tensor] | None,
+) -> list[torch.Tensor | Exception]:
+    """Each of `jpegs` decoded here, one after the other (_decode_one's results)."""
+    if outs is None:
+        return [_decode_one(decode, data, size, None) for data in jpegs]
+    return [_decode_one(decode, data, size, out) for data, out in zip(jpegs, outs, strict=True)]
 
 
 def _decode_one(

@@ -124,6 +124,11 @@ def subsample_frames(
     return out
 
 
+def _span(offsets: np.ndarray, step: int) -> slice:
+    """Evenly spaced integer `offsets` (`step` apart) as a slice from the smallest (row 0)."""
+    return slice(0, int(offsets[-1] - offsets[0]) + 1, step)
+
+
 class WindowSampler:
     """The plan of a dataset's samples: which exist, and which frames each one reads.
 
@@ -133,7 +138,7 @@ class WindowSampler:
     action step j reads t + j * action_stride, or, with `action_window` W, the chunk spans
     t .. t + W - 1 resampled to `horizon` steps (fractional frames). Vectors of `recipe`
     that only copy rows (integer frames, no pose maths) are read, where a sample has no
-    reference pose, as one index into a per-episode table of their rows (`row_tables`).
+    reference pose, as one slice of a per-episode table of their rows (`row_tables`).
     """
 
     def __init__(
@@ -166,13 +171,13 @@ class WindowSampler:
         steps = np.arange(horizon)
         self._masks = [steps < k for k in range(horizon + 1)]  # the first k steps (action_mask)
         # A window's rows of a table (row 0 is frame + offsets.min() at frame 0: row_tables),
-        # from the sample's frame: evenly spaced offsets, a slice (copied: cheaper than
-        # indexing by an array of rows).
-        self.state_rows = slice(0, history)
+        # from the sample's frame: its offsets, evenly spaced, as a slice (copied: cheaper
+        # than indexing by an array of rows).
+        self.state_rows = _span(self.history_offsets, 1)
         self.action_rows = slice(0, 0)
         self.row_windows: dict[str, tuple[VectorRecipe, np.ndarray]] = {}
         if action_window is None:
-            self.action_rows = slice(0, (horizon - 1) * action_stride + 1, action_stride)
+            self.action_rows = _span(self.step_offsets, action_stride)
             for name, vector, offsets in (
                 ("state", recipe.state, self.history_offsets),
                 ("actions", recipe.actions, self.step_offsets),
