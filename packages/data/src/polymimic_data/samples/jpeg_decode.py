@@ -56,20 +56,19 @@ _LAST_NBYTES: dict[tuple[int, int, bool], int] = {}
 _NO_GUESS: set[tuple[int, int, bool]] = set()
 
 
+def _rgb(data: bytes, height: int, width: int, fastdct: bool, buffer: Any = None) -> np.ndarray:
+    """simplejpeg.decode_jpeg to RGB, at least `height` x `width`, into `buffer` if given."""
+    return simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=fastdct, min_height=height,
+                                  min_width=width, buffer=buffer)  # fmt: skip
+
+
 def _decode_rgb(data: bytes, height: int = 0, width: int = 0, fastdct: bool = False) -> np.ndarray:
     """An RGB decode by simplejpeg, into a buffer off the 32-byte boundary (see above)."""
     key = (height, width, fastdct)
     guess = _LAST_NBYTES.get(key) if key not in _NO_GUESS else None
     if guess is not None:
         try:
-            image = simplejpeg.decode_jpeg(
-                data,
-                colorspace="RGB",
-                fastdct=fastdct,
-                min_height=height,
-                min_width=width,
-                buffer=off_boundary(guess),
-            )
+            image = _rgb(data, height, width, fastdct, off_boundary(guess))
         except Exception:  # a buffer too small, or a bad JPEG: sized by its header below
             pass
         else:
@@ -85,18 +84,9 @@ def _decode_rgb(data: bytes, height: int = 0, width: int = 0, fastdct: bool = Fa
             _NO_GUESS.add(key)
         elif key not in _NO_GUESS:
             _LAST_NBYTES[key] = nbytes
-        return simplejpeg.decode_jpeg(
-            data,
-            colorspace="RGB",
-            fastdct=fastdct,
-            min_height=height,
-            min_width=width,
-            buffer=off_boundary(nbytes),
-        )
+        return _rgb(data, height, width, fastdct, off_boundary(nbytes))
     except Exception:  # a bad JPEG: decoded again, to raise what simplejpeg raises for it
-        return simplejpeg.decode_jpeg(
-            data, colorspace="RGB", fastdct=fastdct, min_height=height, min_width=width
-        )
+        return _rgb(data, height, width, fastdct)
 
 
 def decode_jpeg(
@@ -136,9 +126,7 @@ def _decode_into(
     key = (height, width, size is not None)
     if key not in _NO_GUESS:  # straight into `out` without its header first (_LAST_NBYTES)
         try:
-            image = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=size is not None,
-                                           min_height=height, min_width=width,
-                                           buffer=out.numpy())  # fmt: skip
+            image = _rgb(data, height, width, size is not None, out.numpy())
         except Exception:  # larger than `out`, or a bad JPEG: its header says which below
             pass
         else:
@@ -156,8 +144,7 @@ def _decode_into(
     if tuple(out.shape) != (*(size or scaled), 3):
         return None
     if tuple(scaled) == tuple(out.shape[:2]):  # straight into it
-        simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=size is not None,
-                               min_height=height, min_width=width, buffer=out.numpy())  # fmt: skip
+        _rgb(data, height, width, size is not None, out.numpy())
     else:  # a remainder to resize: the resized image copied in
         out.copy_(decode_jpeg(data, size).permute(1, 2, 0))
     return out.permute(2, 0, 1)
