@@ -220,6 +220,11 @@ def test_the_expert_brings_what_success_judges_to_the_goal_not_the_hand(
             (judged, hand), (stock_judged, stock_hand) = ((e["judged"], e["hand"]) for e in ends)
             assert judged < within < stock_beyond < stock_judged, (seed, judged, stock_judged)
             assert hand > stock_hand, (seed, hand, stock_hand)
+            for end in ends:  # the offset along each axis makes up the distance
+                along = [end[f"judged_{axis}"] for axis in "xyz"]
+                assert np.isclose(np.linalg.norm(along), end["judged"]), (seed, end)
+            below = ends[1]["judged_z"]  # stock: the hand at the goal, what is judged under it
+            assert below < -0.03, (seed, ends[1])
     finally:
         task.close()
         stock.close()

@@ -268,7 +268,9 @@ def distances_to_goal(task: SimTask) -> dict[str, float]:
 
     For the tasks judged by a point's distance from the goal whose expert can be corrected
     (FINGERTIP_GOAL_TASKS): the fingertips' middle for reach, the puck for pick-place.
-    benchmarks/expert_margin.py measures the experts' ends with it. ValueError for another.
+    `judged_x`, `judged_y`, `judged_z`: the judged point minus the goal along each axis (a
+    negative one is short of the goal along it). benchmarks/expert_margin.py measures the
+    experts' ends with it. ValueError for another task.
     """
     task_name = task.name.removeprefix("metaworld/")
     if not isinstance(task, MetaWorldTask) or task_name not in FINGERTIP_GOAL_TASKS:
@@ -283,7 +285,9 @@ def distances_to_goal(task: SimTask) -> dict[str, float]:
     else:
         judged = np.asarray(sim._get_pos_objects(), float)[:3]
     hand = np.asarray(sim.data.body("hand").xpos, float)
+    offset = judged - goal
     return {
-        "judged": float(np.linalg.norm(judged - goal)),
+        "judged": float(np.linalg.norm(offset)),
         "hand": float(np.linalg.norm(hand - goal)),
+        **{f"judged_{axis}": float(value) for axis, value in zip("xyz", offset, strict=True)},
     }
