@@ -144,6 +144,41 @@ def test_annotations_added_after_packing_are_read(tmp_path: Path) -> None:
     assert all(prompt for *_, prompt, _ in expected[:20])  # episode 0's prompts, read fresh
 
 
+def test_a_camera_shard_replaced_after_packing_is_read_fresh(tmp_path: Path) -> None:
+    """The pack keeps each camera's shard index: a shard replaced on disk (another
+    episode's frames renamed over it) is read by its own index, not the packed offsets."""
+    first, second = _episodes(tmp_path / "data", "eva_bimanual")
+    episodes = resolve_episodes(tmp_path / "data")
+    _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache")  # packs both
+    shard = first / "images.front_1" / "c" / "0"
+    theirs = second / "images.front_1" / "c" / "0"
+    assert shard.is_file() and theirs.read_bytes() != shard.read_bytes()
+    shutil.copyfile(theirs, tmp_path / "staged")
+    os.replace(tmp_path / "staged", shard)
+    packed = _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache")
+    disk = _dataset(episodes, "eva_bimanual")
+    for index in range(len(disk)):
+        ours, expected = packed[index], disk[index]
+        assert ours["faults"] == expected["faults"] == [], index
+        assert torch.equal(ours["images.front_1"], expected["images.front_1"]), index
+    assert packed._cache.from_pack == 1  # the unchanged episode only
+
+
+def test_a_chunk_written_after_packing_where_none_was_is_read(tmp_path: Path) -> None:
+    """A chunk missing when packed reads as the fill value; written later, it is read."""
+    first, _ = _episodes(tmp_path / "data", "eva_bimanual")
+    chunk = first / "right.cmd_ee_pose" / "c" / "0" / "0"
+    kept = chunk.read_bytes()
+    chunk.unlink()
+    episodes = resolve_episodes(tmp_path / "data")
+    before = _numbers(_dataset(episodes, "eva_bimanual", pack=tmp_path / "cache"))
+    chunk.write_bytes(kept)
+    packed = _dataset(episodes, "eva_bimanual", pack=tmp_path / "cache")
+    expected = _numbers(_dataset(episodes, "eva_bimanual"))
+    assert _numbers(packed) == expected != before  # the chunk's values, not the fill
+    assert packed._cache.from_pack == 1  # the unchanged episode only
+
+
 def test_an_unreadable_episode_is_left_out_and_refused_at_its_open(tmp_path: Path) -> None:
     first, second = _episodes(tmp_path / "data", "eva_bimanual")
     episodes = resolve_episodes(tmp_path / "data")

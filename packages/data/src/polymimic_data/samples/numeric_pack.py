@@ -16,13 +16,15 @@ cameras name, or builds it (atomically: a folder written beside and renamed into
 
 Never stale: each packed episode records the identity (inode, size, modification and change
 times) of everything its open depended on: the episode's folder (an entry added or removed
-changes it) and its `zarr.json`, each key's, the annotations' and each packed camera's
-folders, recursively, every file and folder in them (`identities.npy`; the names once per
-distinct listing). The change time is the kernel's: a copy that restores the modification
-time (`cp -p`, `rsync -t`) still changes it. An open compares them with the disk (about 50
-`stat`s for an eva episode, and no read); an episode whose files changed, moved or vanished,
-or whose folder gained a chunk, is read from disk as without a pack (and its faults found
-as they would be). An episode that could not be read when the pack was built is not in it:
+changes it) and its `zarr.json`, and for each key's, the annotations' and each packed
+camera's array its `zarr.json` and chunk (or shard) files; where one of those files was
+missing (read as the fill value), every file and folder under the array's folder instead,
+recursively (depends_on; `identities.npy`, the names once per distinct listing). The change
+time is the kernel's: a copy that restores the modification time (`cp -p`, `rsync -t`)
+still changes it. An open compares them with the disk (22 `stat`s for an eva episode with
+three cameras, and no read); an episode whose files changed, moved or vanished, or whose
+missing chunk was written, is read from disk as without a pack (and its faults found as
+they would be). An episode that could not be read when the pack was built is not in it:
 it is read (and refused) at its open. An episode open in a worker's cache is served from
 memory until the cache lets it go, pack or not (samples.episode_cache).
 """
@@ -46,10 +48,15 @@ from tqdm import tqdm
 
 from polymimic_data.episodes.bad_values import frame_faults
 from polymimic_data.episodes.resolver import EpisodeInfo
-from polymimic_data.store.atomic_files import exclusive, file_identity, write_text_atomic
+from polymimic_data.store.atomic_files import (
+    exclusive,
+    file_identity,
+    stat_identity,
+    write_text_atomic,
+)
 from polymimic_data.store.episode_store import EpisodeReader
 from polymimic_data.store.vlen_bytes_reader import KnownArray, VlenBytesArrayReader
-from polymimic_data.store.zarr_chunks import read_layout
+from polymimic_data.store.zarr_chunks import chunk_key, read_layout
 
 log = logging.getLogger(__name__)
 PACK_FORMAT = 2  # 2: cameras and the group's attributes packed too; identities in a .npy
@@ -75,31 +82,76 @@ def read_key(
 def depends_on(episode: Path, keys: Sequence[str], cameras: Sequence[str] = ()) -> list[str]:
     """What an open reading `keys`, the annotations and `cameras` depends on.
 
-    The episode's folder and `zarr.json`, then every file and folder under the keys',
-    annotations' and cameras' folders, in walk order; relative to the episode.
+    The episode's folder and `zarr.json`, then for each of the keys', annotations' and
+    cameras' arrays its `zarr.json` and chunk (or shard) files, where every one within its
+    shape is there (chunk_files); else every file and folder under its folder, in walk
+    order, so that a chunk written where none was (read as the fill value) is seen too.
+    Relative to the episode.
     """
     names = [".", "zarr.json"]  # the folder: a key or the annotations added or removed
     for key in [*keys, ANNOTATIONS, *(f"images.{camera}" for camera in cameras)]:
         top = episode / key
         if not top.is_dir():
             continue
-        for folder, folders, files in os.walk(top):
+        files = chunk_files(top)
+        if files is not None:
+            names += [os.path.join(key, name) for name in ["zarr.json", *files]]
+            continue
+        for folder, folders, found in os.walk(top):
             folders.sort()  # the same listing for episodes laid out alike
             relative = os.path.relpath(folder, episode)
-            names += [relative, *(os.path.join(relative, f) for f in sorted(files))]
+            names += [relative, *(os.path.join(relative, f) for f in sorted(found))]
+    return names
+
+
+def chunk_files(array_dir: Path) -> list[str] | None:
+    """Every chunk (or shard) file of an array split along time only, if all are there.
+
+    Each is named by chunk_key, one per `per_file` frames of its shape. Then an open
+    depends on those files and its `zarr.json` alone: one written in place or replaced, or
+    gone, shows in its identity, and one added lies outside the shape, where nothing is
+    read. None where one is missing (its frames read as the fill value until it is
+    written: its folder's identity tells) or the layout is read through zarr.
+    """
+    try:
+        meta = json.loads((array_dir / "zarr.json").read_text())
+        layout = read_layout(meta)
+    except (OSError, ValueError):
+        return None
+    if layout.mode == "zarr":
+        return None
+    count = -(-int(meta["shape"][0]) // layout.per_file)
+    names = [chunk_key(meta, index) for index in range(count)]
+    if not all(os.path.isfile(array_dir / name) for name in names):
+        return None
     return names
 
 
 def identities(episode: Path, names: Sequence[str]) -> np.ndarray | None:
     """Each name's identity now (inode, size, mtime, ctime); None when one has vanished.
 
-    (Paths joined as strings: os.path.join cost as much as the `stat`s, 50 of them an open.)
+    (Paths joined as strings: os.path.join cost as much as the `stat`s.)
     """
     prefix = os.path.join(episode, "")
     try:
         return np.array([file_identity(prefix + name) for name in names], np.int64)
     except OSError:
         return None
+
+
+def unchanged(episode: Path, names: Sequence[str], packed: np.ndarray) -> bool:
+    """Whether each name's identity is still its packed row (a `stat` each, until one differs).
+
+    As `np.array_equal(identities(episode, names), packed)`, without building the array.
+    """
+    prefix = os.path.join(episode, "")
+    try:
+        for name, row in zip(names, packed.tolist(), strict=True):
+            if stat_identity(os.stat(prefix + name)) != row:
+                return False
+    except OSError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -174,8 +226,8 @@ class NumericPack:
         if entry is None:
             return None
         start, stop = entry["identities"]
-        now = identities(self._paths[episode], self._listings[entry["listing"]])
-        if now is None or not np.array_equal(now, self._identities[start:stop]):
+        names = self._listings[entry["listing"]]
+        if not unchanged(self._paths[episode], names, self._identities[start:stop]):
             return None
         frames = entry["frames"]
         arrays = {}
