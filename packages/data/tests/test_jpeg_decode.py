@@ -12,7 +12,8 @@ import pytest
 import simplejpeg
 import torch
 
-from polymimic_data.samples import CameraDecoder, decode_jpeg, decode_threads
+from polymimic_data.samples import CameraDecoder, decode_jpeg, decode_threads, off_boundary
+from polymimic_data.samples.jpeg_decode import ALIGNMENT, OFFSET
 
 
 @pytest.mark.parametrize(
@@ -147,3 +148,13 @@ def test_a_frame_decoded_into_a_batch_slot_without_its_header_first(
             assert torch.equal(image, decode_jpeg(jpeg, size))  # as alone, without a slot
             assert (image.data_ptr() == out.data_ptr()) == into
             assert ((*(size or (0, 0)), size is not None) in jpeg_decode._NO_GUESS) == off
+
+
+@pytest.mark.parametrize("nbytes", [1, 3 * 128 * 160, 3 * 480 * 640 + 5])
+def test_decodes_go_into_memory_16_bytes_past_a_32_byte_boundary(nbytes: int) -> None:
+    """off_boundary's memory: libjpeg-turbo's SIMD writes a row on a 32-byte boundary with
+    stores that bypass the cache; 16 bytes past one, it writes through the cache."""
+    for _ in range(20):  # whatever the allocator hands out
+        buffer = off_boundary(nbytes)
+        assert buffer.nbytes == nbytes and buffer.flags.writeable
+        assert buffer.ctypes.data % ALIGNMENT == OFFSET == 16

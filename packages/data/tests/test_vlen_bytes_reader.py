@@ -138,6 +138,26 @@ def test_a_corrupt_inner_chunk_loses_only_its_frame(tmp_path: Path) -> None:
     assert reader.get(1) == ITEMS[1] and reader.get(3) == ITEMS[3]
 
 
+@pytest.mark.parametrize("keep_open", [False, True])
+def test_an_uncompressed_frame_whose_header_lies_is_refused(
+    tmp_path: Path, keep_open: bool
+) -> None:
+    """polymimic's layout (a frame an inner chunk, no codec): the header must say one item of
+    the chunk's length, else the frame is corrupt, not its bytes less the header."""
+    _array(tmp_path / "ep", chunks=(1,), shards=(8,), compressors=None)
+    shard = tmp_path / "ep" / "images.front_1" / "c" / "0"
+    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr)
+    offset, _ = reader._shard_index(shard)[2].tolist()
+    data = bytearray(shard.read_bytes())
+    data[offset] = 2  # two items, where the chunk holds one
+    shard.write_bytes(bytes(data))
+    reader = VlenBytesArrayReader(tmp_path / "ep" / "images.front_1", _no_zarr, keep_open=keep_open)
+    with pytest.raises(ChunkFileError, match="inner chunk") as caught:
+        reader.get(2)
+    assert not caught.value.whole_file
+    assert reader.get(1) == ITEMS[1] and reader.get(3) == ITEMS[3]
+
+
 def test_corrupt_chunk_is_reported(tmp_path: Path) -> None:
     _array(tmp_path / "ep", chunks=(5,), compressors=None)
     chunk = tmp_path / "ep" / "images.front_1" / "c" / "2"

@@ -14,6 +14,7 @@ decode in turn whatever the cores.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,8 +41,16 @@ def off_boundary(nbytes: int) -> np.ndarray:
     Whether a buffer of numpy's own starts on such a boundary is the allocator's chance.
     """
     raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-    start = (OFFSET - raw.ctypes.data) % ALIGNMENT
+    start = (OFFSET - _address(raw)) % ALIGNMENT
     return raw[start : start + nbytes]
+
+
+def _address(array: np.ndarray) -> int:
+    """Where a writable `array`'s memory starts: `array.ctypes.data`, a quarter of the cost.
+
+    0.6 us, not 2 (that builds a ctypes helper object): it is paid for every frame decoded.
+    """
+    return ctypes.addressof(ctypes.c_char.from_buffer(array))  # pyright: ignore[reportArgumentType]
 
 
 # The bytes of the last image decoded with the same (min height, min width, fastdct), so

@@ -297,7 +297,8 @@ class EpisodeReader:
         `keep_files_open` as the constructor's.
         """
         reader = cls.__new__(cls)
-        reader._open(Path(path), None, total_frames, keep_files_open)
+        path = path if isinstance(path, Path) else Path(path)  # (a Path made again costs 3 us)
+        reader._open(path, None, total_frames, keep_files_open)
         for camera, known in cameras.items():
             reader._jpeg_readers[camera] = reader._jpeg_reader(camera, known)
         return reader

@@ -44,6 +44,11 @@ _SINGLE = struct.Struct("<II")  # a vlen-bytes chunk's item count, then its firs
 _VLEN = numcodecs.VLenBytes()
 
 
+def _one_item(raw: bytes) -> bool:
+    """Whether a vlen-bytes chunk holds one item, its bytes after an 8-byte header."""
+    return len(raw) >= 8 and _SINGLE.unpack_from(raw) == (1, len(raw) - 8)
+
+
 @dataclass(frozen=True)
 class KnownArray:
     """What opening an array reads, kept elsewhere (by samples.numeric_pack).
@@ -83,6 +88,9 @@ class VlenBytesArrayReader:
             self.meta, self.layout = known.meta, known.layout
         if self.layout.serializer not in ("", "vlen-bytes"):
             raise ValueError(f"{array_dir}: not a variable-length bytes array")
+        self._is_sharded = self.layout.mode == "sharded"
+        # polymimic's, EgoVerse's and zarr's default layouts (`_sharded`'s inline case)
+        self._a_frame_a_chunk = self._is_sharded and self.layout.per_chunk == 1
         self._index_cache: OrderedDict[int, np.ndarray] = OrderedDict(
             known.shard_indices if known is not None else {}
         )
@@ -152,16 +160,7 @@ class VlenBytesArrayReader:
         """The items of one encoded chunk: bytes-to-bytes codecs undone, then vlen-bytes."""
         try:
             raw = decode_bytes(self.layout, raw)
-            # One item (a frame per inner chunk): its bytes follow an 8-byte header.
-            if (
-                self.layout.per_chunk == 1
-                and len(raw) >= 8
-                and _SINGLE.unpack_from(raw)
-                == (
-                    1,
-                    len(raw) - 8,
-                )
-            ):
+            if self.layout.per_chunk == 1 and _one_item(raw):
                 return [raw[8:]]
             return _VLEN.decode(raw)
         except Exception as exc:  # each codec raises its own kind of error
@@ -179,20 +178,28 @@ class VlenBytesArrayReader:
         return items
 
     def _sharded(self, i: int) -> bytes:
+        """Item `i` of a sharded array; the usual case (a frame an inner chunk) inline.
+
+        This runs for every frame of every camera a loader reads.
+        """
         file_index, item = divmod(i, self.layout.per_file)
-        path = self._file(file_index)
         chunk, within = divmod(item, self.layout.per_chunk)
         index = self._index_cache.get(file_index)
-        if index is None:  # (the hit inline: this runs for every frame of every camera)
+        if index is None:
+            path = self._file(file_index)
             index = self._cached(file_index, lambda: self._shard_index(path))
         else:
             self._index_cache.move_to_end(file_index)
         offset, nbytes = index[chunk].tolist()
+        path = self._paths.get(file_index) or self._file(file_index)
         if offset == MISSING:
             raise ChunkFileError(f"{path}: the frame is missing from its shard")
         what = "the frame's inner chunk"
-        if self.layout.per_chunk == 1:  # a frame a read
-            items = self._decode(self._read(file_index, path, offset, nbytes), path, what)
+        if self._a_frame_a_chunk:
+            raw = self._read(file_index, path, offset, nbytes)
+            if not self.layout.decoders and _one_item(raw):
+                return raw[8:]  # the item after its 8-byte header, as _decode gives it
+            items = self._decode(raw, path, what)
         else:
             read = lambda: self._read(file_index, path, offset, nbytes)  # noqa: E731
             items = self._decoded_chunk((file_index, chunk), read, path, what)
@@ -224,7 +231,7 @@ class VlenBytesArrayReader:
         return pread_kept(self._token, file_index, path, offset, size, self._seen)
 
     def get(self, i: int) -> bytes:
-        if self.mode == "sharded":
+        if self._is_sharded:
             return self._sharded(i)
         if self.mode == "plain":
             return self._plain(i)
