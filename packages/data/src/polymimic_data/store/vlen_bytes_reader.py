@@ -183,15 +183,14 @@ class VlenBytesArrayReader:
         This runs for every frame of every camera a loader reads.
         """
         file_index, item = divmod(i, self.layout.per_file)
+        path = self._file(file_index)
         chunk, within = divmod(item, self.layout.per_chunk)
         index = self._index_cache.get(file_index)
-        if index is None:
-            path = self._file(file_index)
+        if index is None:  # (the hit inline)
             index = self._cached(file_index, lambda: self._shard_index(path))
         else:
             self._index_cache.move_to_end(file_index)
         offset, nbytes = index[chunk].tolist()
-        path = self._paths.get(file_index) or self._file(file_index)
         if offset == MISSING:
             raise ChunkFileError(f"{path}: the frame is missing from its shard")
         what = "the frame's inner chunk"
