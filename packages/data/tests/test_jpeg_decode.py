@@ -13,7 +13,7 @@ import simplejpeg
 import torch
 
 from polymimic_data.samples import CameraDecoder, decode_jpeg, decode_threads, off_boundary
-from polymimic_data.samples.jpeg_decode import ALIGNMENT, OFFSET
+from polymimic_data.samples.jpeg_decode import ALIGNMENT, OFFSET, _address
 
 
 @pytest.mark.parametrize(
@@ -158,3 +158,11 @@ def test_decodes_go_into_memory_16_bytes_past_a_32_byte_boundary(nbytes: int) ->
         buffer = off_boundary(nbytes)
         assert buffer.nbytes == nbytes and buffer.flags.writeable
         assert buffer.ctypes.data % ALIGNMENT == OFFSET == 16
+
+
+def test_an_arrays_address_is_where_its_memory_starts() -> None:
+    """off_boundary's `_address`, at every offset into a buffer, is numpy's own."""
+    base = np.empty(4096 + 64, dtype=np.uint8)
+    for k in range(32):
+        view = base[k : k + 4096]
+        assert _address(view) == view.ctypes.data, k

@@ -116,12 +116,12 @@ def chunk_files(array_dir: Path) -> list[str] | None:
     try:
         meta = json.loads((array_dir / "zarr.json").read_text())
         layout = read_layout(meta)
-    except (OSError, ValueError):
+        if layout.mode == "zarr":
+            return None
+        count = -(-int(meta["shape"][0]) // layout.per_file)
+        names = [chunk_key(meta, index) for index in range(count)]
+    except Exception:  # metadata of any malformed shape: the walk (the open meets it)
         return None
-    if layout.mode == "zarr":
-        return None
-    count = -(-int(meta["shape"][0]) // layout.per_file)
-    names = [chunk_key(meta, index) for index in range(count)]
     if not all(os.path.isfile(array_dir / name) for name in names):
         return None
     return names
@@ -145,6 +145,8 @@ def unchanged(episode: Path, names: Sequence[str], packed: np.ndarray) -> bool:
     As `np.array_equal(identities(episode, names), packed)`, without building the array.
     """
     prefix = os.path.join(episode, "")
+    if len(names) != len(packed):  # a pack damaged on disk: read the episode from it
+        return False
     try:
         for name, row in zip(names, packed.tolist(), strict=True):
             if stat_identity(os.stat(prefix + name)) != row:
