@@ -48,7 +48,8 @@ def off_boundary(nbytes: int) -> np.ndarray:
 def _address(array: np.ndarray) -> int:
     """Where a writable `array`'s memory starts: `array.ctypes.data`, a quarter of the cost.
 
-    0.6 us, not 2 (that builds a ctypes helper object): it is paid for every frame decoded.
+    0.6 us, not 2.1 (that builds a ctypes helper object; `python -m timeit` on a 2-core VM):
+    it is paid for every frame decoded.
     """
     return ctypes.addressof(ctypes.c_char.from_buffer(array))  # pyright: ignore[reportArgumentType]
 
