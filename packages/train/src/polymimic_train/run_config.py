@@ -77,6 +77,17 @@ def _check_numbers(cfg: DictConfig) -> None:
         raise ConfigError(
             f"data.val_frames_per_episode: a positive integer or auto, got {frames!r}"
         )
+    balance = _number(cfg, "data.balance_by")
+    if balance is not None and (not isinstance(balance, str) or not balance):
+        raise ConfigError(
+            f"data.balance_by: an episode attribute's name (e.g. task_name) or null, "
+            f"got {balance!r}"
+        )
+    if balance is not None and _number(cfg, "data.episodes_per_block") is not None:
+        raise ConfigError(
+            "data.balance_by and data.episodes_per_block: one or the other (a balanced "
+            "shuffle draws samples of every group, a block shuffle a few episodes at a time)"
+        )
     name = str(cfg.get("name"))
     if not name or set(name) - _RUN_NAME_CHARACTERS:
         raise ConfigError(f"name: letters, digits, '.', '_' and '-' only; got {name!r}")

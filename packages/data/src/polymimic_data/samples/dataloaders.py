@@ -40,6 +40,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from polymimic_data.samples.batch_buffers import BufferReturns, install_pool, new_flags
 from polymimic_data.samples.collate import collate_samples
 from polymimic_data.samples.episode_blocks import block_order, compact_episodes, worker_lanes
+from polymimic_data.samples.group_balance import balanced_order
 
 if TYPE_CHECKING:
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -161,6 +162,10 @@ class ShuffledOrder(DistributedSampler):
     The state then also holds the block size and lanes of the pass it is in: a sampler
     restored with other settings finishes that pass in its order and uses its own from the
     next (also from a checkpoint of a uniformly shuffled pass).
+
+    Group balance (opt-in, see group_balance): with `groups` (the group number, 0..G-1, of
+    each index), a pass is as long as before but each group gets an equal share of it,
+    the samples of a short group repeated and those of a long one subsampled.
     """
 
     def __init__(
@@ -175,6 +180,7 @@ class ShuffledOrder(DistributedSampler):
         episodes_per_block: int | None = None,
         workers: int = 1,
         worker_batch_size: int | None = None,
+        groups: Sequence[int] | np.ndarray | None = None,
     ) -> None:
         distributed = dist.is_available() and dist.is_initialized()
         world_size = world_size or (dist.get_world_size() if distributed else 1)
@@ -196,6 +202,14 @@ class ShuffledOrder(DistributedSampler):
                 f"episodes names {len(self._episodes)} samples, the dataset has "
                 f"{len(cast(Sized, data_source))}"
             )
+        if groups is not None and episodes_per_block is not None:
+            raise ValueError("groups (a balanced shuffle) and episodes_per_block: one or the other")
+        self._groups = np.asarray(groups, dtype=np.int64) if groups is not None else None
+        if self._groups is not None and len(self._groups) != len(cast(Sized, data_source)):
+            raise ValueError(
+                f"groups names {len(self._groups)} samples, the dataset has "
+                f"{len(cast(Sized, data_source))}"
+            )
         self.episodes_per_block = episodes_per_block
         self.lanes = max(1, workers)
         self.worker_batch_size = worker_batch_size or batch_size
@@ -215,7 +229,10 @@ class ShuffledOrder(DistributedSampler):
         rng = np.random.default_rng([self.seed, self.epoch, self.cycle])
         per_block, lanes = self._pass
         if not per_block:
-            order = rng.permutation(len(cast(Sized, self.dataset)))
+            if self._groups is not None:
+                order = balanced_order(rng, self._groups)
+            else:
+                order = rng.permutation(len(cast(Sized, self.dataset)))
             return order[: len(self) * self.num_replicas][self.rank :: self.num_replicas].tolist()
         if self._episodes is None:
             raise ValueError(
@@ -351,6 +368,7 @@ def make_dataloader(
     seed: int = 0,
     episodes_per_block: int | None = None,
     recycle_buffers: bool | None = None,
+    groups: Sequence[int] | np.ndarray | None = None,
 ) -> StatefulDataLoader:
     """A DataLoader of batches in the contract of DESIGN.md (see collate_samples).
 
@@ -362,7 +380,9 @@ def make_dataloader(
     more episodes than a worker's episode cache holds. `recycle_buffers`: the workers' batch
     buffers are reused once the training process drops their batches (batch_buffers);
     None: for a shuffled (training) loader, not for one whose persistent workers would keep
-    their buffers while they wait (validation's, between validations).
+    their buffers while they wait (validation's, between validations). `groups` (shuffled
+    only): each sample's group number, 0..G-1; a pass gives each group an equal share
+    (group_balance; see also EpisodeDataset.sample_groups).
     """
     loader = _stateful_dataloader()
     if (shuffle if recycle_buffers is None else recycle_buffers) and num_workers > 0:
@@ -382,6 +402,10 @@ def make_dataloader(
             "workers": num_workers,
             "worker_batch_size": batch_size,
         }
+    if groups is not None:
+        if not shuffle:
+            raise ValueError("groups (a balanced shuffle) needs shuffle=True")
+        blocks["groups"] = groups
     return loader(
         dataset,
         batch_size=batch_size,

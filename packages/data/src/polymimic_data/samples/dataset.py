@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +31,7 @@ from polymimic_data.samples.faults import (
     SampleFault,
     read_fault,
 )
+from polymimic_data.samples.group_balance import group_codes
 from polymimic_data.samples.jpeg_decode import CameraDecoder, decode_jpeg, decoded_size
 from polymimic_data.samples.numeric_pack import NumericPack
 from polymimic_data.samples.windows import WindowSampler, assemble, frames_of, prompt_at
@@ -150,6 +152,21 @@ class EpisodeDataset(Dataset[Sample]):
     def sample_episodes(self) -> np.ndarray:
         """The episode (its number in `episodes`) of every sample, in index order."""
         return self.sampler.sample_episodes()
+
+    def sample_groups(self, attribute: str) -> tuple[np.ndarray, list[Any]]:
+        """Every sample's group by its episode's `attribute` (e.g. "task_name"), and the groups.
+
+        Group numbers index the returned labels, in order of first appearance. Raises,
+        naming the episodes, where an episode lacks the attribute.
+        """
+        lacking = [str(e.path) for e in self.episodes if attribute not in e.attrs]
+        if lacking:
+            raise ValueError(
+                f"balance_by {attribute!r}: {len(lacking)} episode(s) lack that attribute, "
+                f"e.g. {lacking[:3]}; an episode's attributes are its zarr.json's `attributes`"
+            )
+        labels = [str(e.attrs[attribute]) for e in self.episodes]
+        return group_codes(labels)[self.sample_episodes()], list(dict.fromkeys(labels))
 
     def locate(self, index: int) -> tuple[int, int]:
         return self.sampler.locate(index)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import numpy as np
 from lightning.pytorch.utilities import CombinedLoader
 from torch.utils.data import DataLoader
 
@@ -141,7 +142,24 @@ class EmbodimentDataModule(pl.LightningDataModule):
             pin_memory=type(accelerator).__name__ == "CUDAAccelerator",
             seed=zlib.crc32(f"{self.seed}:{name}".encode()),  # each embodiment its own order
             episodes_per_block=self.cfg.get("episodes_per_block") if shuffle else None,
+            groups=self._groups(name, dataset) if shuffle else None,
         )
+
+    def _groups(self, name: str, dataset: EpisodeDataset) -> np.ndarray | None:
+        """Each training sample's group under `data.balance_by` (None: a uniform shuffle)."""
+        attribute = self.cfg.get("balance_by")
+        if not attribute:
+            return None
+        groups, labels = dataset.sample_groups(str(attribute))
+        frames = np.bincount(groups, minlength=len(labels)) / max(1, len(groups))
+        log.info(
+            "%s: balanced by %s over %d groups (their share of the frames: %s)",
+            name,
+            attribute,
+            len(labels),
+            ", ".join(f"{label} {share:.1%}" for label, share in zip(labels, frames, strict=True)),
+        )
+        return groups
 
     def _workers(self) -> int:
         """Each loader's workers: `data.num_workers`, or polymimic-data's default_workers.
