@@ -135,6 +135,49 @@ def test_cotraining_weights_hold_over_an_epoch(root: Path, tmp_path: Path) -> No
     assert abs(share - 0.75) <= 0.01
 
 
+def test_balance_by_gives_each_task_an_equal_share_of_an_epoch(root: Path, tmp_path: Path) -> None:
+    """data.balance_by: a task of 12-frame episodes beside one of 36-frame episodes trains as
+    often; a uniform shuffle trains it a quarter of the time. An episode without the
+    attribute is named as the data module prepares, before statistics or loaders."""
+    long = ensure_synthetic_episodes(
+        tmp_path / "long", "eva_bimanual", episodes=4, frames=36, height=32, width=40,
+        progress=False,
+    )  # fmt: skip
+    for meta in long.glob("*.zarr/zarr.json"):
+        doc = json.loads(meta.read_text())
+        doc["attributes"]["task_name"] = "long_task"
+        meta.write_text(json.dumps(doc))
+
+    def tasks_of_an_epoch(**overrides) -> dict[str, int]:
+        dm = EmbodimentDataModule(
+            _cfg(roots=[str(root), str(long)], val_fraction=0.0, **overrides),
+            data_root=str(tmp_path),
+            cache_dir=str(tmp_path / f"cache{len(overrides)}"),
+        )
+        dm.prepare()
+        dataset = dm.train_sets["eva_bimanual"]
+        task = {e.path.name: e.attrs["task_name"] for e in dataset.episodes}
+        loader = dm.train_dataloader().iterables["eva_bimanual"]
+        counts = {"synthetic_reach": 0, "long_task": 0}
+        for index in loader.sampler:
+            counts[task[dataset.episodes[dataset.locate(index)[0]].path.name]] += 1
+        return counts
+
+    uniform = tasks_of_an_epoch()
+    assert uniform["synthetic_reach"] / sum(uniform.values()) == pytest.approx(0.4, abs=0.01)
+    balanced = tasks_of_an_epoch(balance_by="task_name")
+    assert sum(balanced.values()) == sum(uniform.values())  # an epoch as long as before
+    assert abs(balanced["synthetic_reach"] - balanced["long_task"]) <= 4  # one batch's rounding
+    dm = EmbodimentDataModule(
+        _cfg(roots=[str(root)], balance_by="operator"),
+        data_root=str(tmp_path),
+        cache_dir=str(tmp_path / "nostats"),
+    )
+    with pytest.raises(ValueError, match="balance_by 'operator': 6 episode"):
+        dm.prepare()
+    assert not (tmp_path / "nostats" / "norm_stats").exists()
+
+
 def test_auto_workers_share_the_cores_among_the_training_loaders(
     root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,6 +72,10 @@ CASES = {
         ["data.episodes_per_block=0"],
         "data.episodes_per_block: must be a positive integer",
     ),
+    "balance_with_blocks": (
+        ["data.balance_by=task_name", "data.episodes_per_block=4"],
+        "data.balance_by and data.episodes_per_block: one or the other",
+    ),
 }
 
 

@@ -57,6 +57,7 @@ class EmbodimentDataModule(pl.LightningDataModule):
         self.val_episodes: dict[str, list[EpisodeInfo]] = {}
         self.normalizer: Normalizer | None = None
         self.norm_stats: dict[str, NormStats] = {}
+        self.train_groups: dict[str, np.ndarray] = {}  # under data.balance_by
 
     def _dataset(self, name: str, episodes: list[EpisodeInfo], **overrides: Any) -> EpisodeDataset:
         spec = self.cfg["datasets"][name]
@@ -97,6 +98,9 @@ class EmbodimentDataModule(pl.LightningDataModule):
         for name in self.cfg["datasets"]:
             train, val = self._split(name)
             self.train_sets[name] = self._dataset(name, train)
+            groups = self._groups(name, self.train_sets[name])  # before any heavy work
+            if groups is not None:
+                self.train_groups[name] = groups
             self.train_episodes[name] = train
             self.val_episodes[name] = val
             frames = subsample_frames(val, self.cfg["val_frames_per_episode"])
@@ -142,7 +146,7 @@ class EmbodimentDataModule(pl.LightningDataModule):
             pin_memory=type(accelerator).__name__ == "CUDAAccelerator",
             seed=zlib.crc32(f"{self.seed}:{name}".encode()),  # each embodiment its own order
             episodes_per_block=self.cfg.get("episodes_per_block") if shuffle else None,
-            groups=self._groups(name, dataset) if shuffle else None,
+            groups=self.train_groups.get(name) if shuffle else None,
         )
 
     def _groups(self, name: str, dataset: EpisodeDataset) -> np.ndarray | None:
