@@ -18,7 +18,11 @@ from torch.utils.data import Dataset
 
 from polymimic_data import EpisodeDataset, resolve_episodes
 from polymimic_data.samples.dataloaders import ShuffledOrder, make_dataloader
-from polymimic_data.samples.group_balance import balanced_order, group_codes
+from polymimic_data.samples.group_balance import balanced_order, group_codes, group_members
+
+
+def _order(seed, groups: np.ndarray) -> np.ndarray:
+    return balanced_order(np.random.default_rng(seed), group_members(groups))
 
 
 @settings(max_examples=150, deadline=None)
@@ -30,7 +34,7 @@ def test_each_group_an_equal_share_of_a_pass_of_unchanged_length(
     sizes: list[int], seed: int
 ) -> None:
     groups = np.repeat(np.arange(len(sizes)), sizes)
-    order = balanced_order(np.random.default_rng(seed), groups)
+    order = _order(seed, groups)
     assert len(order) == len(groups)
     shares = np.bincount(groups[order], minlength=len(sizes))
     assert shares.max() - shares.min() <= 1  # equal, the remainder one each
@@ -44,21 +48,27 @@ def test_each_group_an_equal_share_of_a_pass_of_unchanged_length(
             assert counts.min() >= 1 and counts.max() - counts.min() <= 1  # all, evenly
 
 
-def test_a_short_group_is_trained_as_often_as_a_long_one() -> None:
-    """reach's 48 frames beside a window task's 95: a uniform pass gives reach a third of the
-    samples, a balanced one half; the long task's samples vary between passes."""
-    groups = np.repeat([0, 1], [48, 95])
-    uniform = np.random.default_rng(0).permutation(len(groups))
-    assert np.bincount(groups[uniform]).tolist() == [48, 95]
-    passes = [balanced_order(np.random.default_rng([0, epoch]), groups) for epoch in range(2)]
+def test_a_short_group_is_trained_as_often_as_a_long_one_and_batches_mix_them() -> None:
+    """reach's 47 frames beside drawer-open's 98: a balanced pass gives reach half the
+    samples, not a third; the long task's subset and the odd sample's group vary between
+    passes, and the groups are mixed through the pass, not one after another."""
+    groups = np.repeat([0, 1], [47, 98])
+    passes = [_order([0, epoch], groups) for epoch in range(12)]
     for order in passes:
-        assert sorted(np.bincount(groups[order]).tolist()) == [71, 72]
-    long_sets = [set(o[groups[o] == 1].tolist()) for o in passes]
-    assert long_sets[0] != long_sets[1]
+        assert sorted(np.bincount(groups[order]).tolist()) == [72, 73]
+        for quarter in np.array_split(groups[order], 4):  # each quarter: about 18 of each
+            assert np.bincount(quarter, minlength=2).min() >= 9
+    long_sets = {frozenset(o[groups[o] == 1].tolist()) for o in passes}
+    assert len(long_sets) == len(passes)
+    odd = {int(np.argmax(np.bincount(groups[o]))) for o in passes}
+    assert odd == {0, 1}  # the remainder goes to a group drawn at random
 
 
 def test_group_codes_number_labels_in_order_of_first_appearance() -> None:
-    assert group_codes(["push", "reach", "push", "pick"]).tolist() == [0, 1, 0, 2]
+    codes, labels = group_codes(["push", "reach", "push", "pick"])
+    assert codes.tolist() == [0, 1, 0, 2] and labels == ["push", "reach", "pick"]
+    with pytest.raises(ValueError, match="0 or more, got -1"):
+        group_members(np.array([0, -1, 1]))
 
 
 def test_groups_are_checked() -> None:
@@ -70,14 +80,39 @@ def test_groups_are_checked() -> None:
         make_dataloader(range(4), batch_size=2, shuffle=False, groups=[0, 0, 1, 1])  # type: ignore[arg-type]
 
 
-def test_ranks_share_one_balanced_order() -> None:
-    groups = np.repeat([0, 1, 2], [5, 20, 11])
+@pytest.mark.parametrize("total", [36, 39])
+def test_ranks_share_one_balanced_order(total: int) -> None:
+    """Each rank takes every second index of one pass, cut to whole batches alike."""
+    groups = np.repeat([0, 1, 2], [5, 20, total - 25])
     ranks = [
-        list(ShuffledOrder(range(36), 3, rank=r, world_size=2, batch_size=2, groups=groups))
+        list(ShuffledOrder(range(total), 3, rank=r, world_size=2, batch_size=4, groups=groups))
         for r in (0, 1)
     ]
-    whole = balanced_order(np.random.default_rng([3, 0, 0]), groups)
-    assert [i for pair in zip(*ranks, strict=True) for i in pair] == whole.tolist()
+    assert len(ranks[0]) == len(ranks[1]) == total // 2 // 4 * 4
+    whole = _order([3, 0, 0], groups)
+    assert [i for pair in zip(*ranks, strict=True) for i in pair] == whole[
+        : 2 * len(ranks[0])
+    ].tolist()
+
+
+def test_a_restored_sampler_finishes_its_pass_as_it_began() -> None:
+    """A uniform pass's state restored into a balanced sampler finishes that pass
+    uniformly and balances the next; a balanced pass cannot be finished without groups."""
+    groups = np.repeat([0, 1], [4, 16])
+    uniform, balanced = ShuffledOrder(range(20), 5), ShuffledOrder(range(20), 5, groups=groups)
+    it = iter(uniform)
+    head = [next(it) for _ in range(6)]
+    restored = ShuffledOrder(range(20), 5, groups=groups)
+    restored.load_state_dict(uniform.state_dict())
+    assert head + list(restored) == list(ShuffledOrder(range(20), 5))
+    assert np.bincount(groups[list(restored)]).tolist() == [10, 10]  # the next pass: balanced
+    it = iter(balanced)
+    [next(it) for _ in range(3)]
+    assert balanced.state_dict()["balanced"] == 1
+    plain = ShuffledOrder(range(20), 5)
+    plain.load_state_dict(balanced.state_dict())
+    with pytest.raises(ValueError, match="continues a balanced pass: the sampler needs groups="):
+        list(plain)
 
 
 class _Frames(Dataset):

@@ -12,6 +12,7 @@ from polymimic_data.samples import BadDataError
 from polymimic_data.synthetic import ensure_synthetic_episodes
 from polymimic_train.callbacks.data_fault_monitor import DataFaultMonitor
 from polymimic_train.lightning.data_module import EmbodimentDataModule
+from polymimic_train.run_config import ConfigError
 
 
 def _batch(bad: int, size: int = 10) -> dict:
@@ -137,8 +138,8 @@ def test_cotraining_weights_hold_over_an_epoch(root: Path, tmp_path: Path) -> No
 
 def test_balance_by_gives_each_task_an_equal_share_of_an_epoch(root: Path, tmp_path: Path) -> None:
     """data.balance_by: a task of 12-frame episodes beside one of 36-frame episodes trains as
-    often; a uniform shuffle trains it a quarter of the time. An episode without the
-    attribute is named as the data module prepares, before statistics or loaders."""
+    often; a uniform shuffle trains it 40% of the time (96 of 240 samples). Episodes without
+    the attribute are named as the run resolves them, before statistics or loaders."""
     long = ensure_synthetic_episodes(
         tmp_path / "long", "eva_bimanual", episodes=4, frames=36, height=32, width=40,
         progress=False,
@@ -173,7 +174,9 @@ def test_balance_by_gives_each_task_an_equal_share_of_an_epoch(root: Path, tmp_p
         data_root=str(tmp_path),
         cache_dir=str(tmp_path / "nostats"),
     )
-    with pytest.raises(ValueError, match="balance_by 'operator': 6 episode"):
+    with pytest.raises(ConfigError, match=r"data.balance_by: 'operator' is not an attribute of "
+                       r"8 episode\(s\) of data.datasets.eva_bimanual, e.g. .*\.zarr; they "
+                       r"hold \[.*'task_name'"):  # fmt: skip
         dm.prepare()
     assert not (tmp_path / "nostats" / "norm_stats").exists()
 

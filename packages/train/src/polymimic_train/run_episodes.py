@@ -175,6 +175,19 @@ def _check_held(name: str, spec: Mapping[str, Any], found: list[EpisodeInfo]) ->
         )
 
 
+def _check_balance(name: str, data: Mapping[str, Any], found: list[EpisodeInfo]) -> None:
+    """ConfigError where episodes lack the attribute `data.balance_by` groups them by."""
+    attribute = data.get("balance_by")
+    lacking = [str(e.path) for e in found if attribute and attribute not in e.attrs]
+    if lacking:
+        example = next(e for e in found if attribute not in e.attrs)
+        held = sorted(set(example.attrs) - {"embodiment_declaration"})
+        raise ConfigError(
+            f"data.balance_by: {attribute!r} is not an attribute of {len(lacking)} episode(s) "
+            f"of data.datasets.{name}, e.g. {lacking[0]}; they hold {held}"
+        )
+
+
 def _resolve(roots: list[Path], filters: Mapping[str, Any], cache: Path) -> list[EpisodeInfo]:
     try:
         return resolve_episodes(roots, filters=filters, cache_dir=cache)
@@ -220,6 +233,7 @@ def resolve_real_datasets(data: MutableMapping[str, Any], cache_dir: str | Path)
                 f"{given} matching {filters | {'embodiment': wanted}}; "
                 "`polymimic-data inspect ROOT` lists what is there"
             )
+        _check_balance(name, data, found)
         renamed[name], out[name] = spec, found
     data["datasets"] = renamed
     return out

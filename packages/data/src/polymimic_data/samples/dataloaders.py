@@ -40,7 +40,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from polymimic_data.samples.batch_buffers import BufferReturns, install_pool, new_flags
 from polymimic_data.samples.collate import collate_samples
 from polymimic_data.samples.episode_blocks import block_order, compact_episodes, worker_lanes
-from polymimic_data.samples.group_balance import balanced_order
+from polymimic_data.samples.group_balance import balanced_order, group_members
 
 if TYPE_CHECKING:
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -134,8 +134,14 @@ def default_workers(loaders: int = 1, processes: int | None = None) -> int:
     return max(1, min(MAX_DEFAULT_WORKERS, cores // loaders))
 
 
+def _check_per_sample(name: str, values: np.ndarray | None, data_source: Any) -> None:
+    """ValueError where `values` (one per sample, or None) do not match the dataset's length."""
+    if values is not None and len(values) != len(data_source):
+        raise ValueError(f"{name} names {len(values)} samples, the dataset has {len(data_source)}")
+
+
 class ShuffledOrder(DistributedSampler):
-    """Every index once per pass, in an order drawn from (seed, epoch, cycle) alone.
+    """Every index once per pass (or each group an equal share), drawn from (seed, epoch, cycle).
 
     Under torch.distributed each rank takes its share (rank::world_size) of the same order;
     the remainder of a pass is dropped, so that every rank gets as many indices and a
@@ -165,7 +171,9 @@ class ShuffledOrder(DistributedSampler):
 
     Group balance (opt-in, see group_balance): with `groups` (the group number, 0..G-1, of
     each index), a pass is as long as before but each group gets an equal share of it,
-    the samples of a short group repeated and those of a long one subsampled.
+    the samples of a short group repeated and those of a long one subsampled. The state
+    says whether its pass is balanced: a restored sampler finishes a uniform pass
+    uniformly, and needs `groups` to finish a balanced one.
     """
 
     def __init__(
@@ -197,28 +205,22 @@ class ShuffledOrder(DistributedSampler):
         if episodes_per_block is not None and episodes_per_block < 1:
             raise ValueError(f"episodes_per_block must be >= 1, got {episodes_per_block}")
         self._episodes = compact_episodes(episodes) if episodes is not None else None
-        if self._episodes is not None and len(self._episodes) != len(cast(Sized, data_source)):
-            raise ValueError(
-                f"episodes names {len(self._episodes)} samples, the dataset has "
-                f"{len(cast(Sized, data_source))}"
-            )
+        _check_per_sample("episodes", self._episodes, data_source)
         if groups is not None and episodes_per_block is not None:
             raise ValueError("groups (a balanced shuffle) and episodes_per_block: one or the other")
-        self._groups = np.asarray(groups, dtype=np.int64) if groups is not None else None
-        if self._groups is not None and len(self._groups) != len(cast(Sized, data_source)):
-            raise ValueError(
-                f"groups names {len(self._groups)} samples, the dataset has "
-                f"{len(cast(Sized, data_source))}"
-            )
+        codes = np.asarray(groups, dtype=np.int64) if groups is not None else None
+        _check_per_sample("groups", codes, data_source)
+        self._members = group_members(codes) if codes is not None else None
         self.episodes_per_block = episodes_per_block
         self.lanes = max(1, workers)
         self.worker_batch_size = worker_batch_size or batch_size
-        self._pass = self._settings()  # (episodes_per_block or 0, lanes) of the current pass
+        # (episodes_per_block or 0, lanes, balanced) of the current pass
+        self._pass = self._settings()
 
-    def _settings(self) -> tuple[int, int]:
+    def _settings(self) -> tuple[int, int, bool]:
         if self.episodes_per_block is None:
-            return 0, 1
-        return self.episodes_per_block, self.lanes
+            return 0, 1, self._members is not None
+        return self.episodes_per_block, self.lanes, False
 
     def __len__(self) -> int:
         share = len(cast(Sized, self.dataset)) // self.num_replicas
@@ -227,10 +229,15 @@ class ShuffledOrder(DistributedSampler):
     def _mine(self) -> list[int]:
         """The indices of the current pass that are this rank's, in order."""
         rng = np.random.default_rng([self.seed, self.epoch, self.cycle])
-        per_block, lanes = self._pass
+        per_block, lanes, balanced = self._pass
+        if balanced and self._members is None:
+            raise ValueError(
+                "this state continues a balanced pass: the sampler needs groups= "
+                "(the train app: data.balance_by as the checkpoint was made)"
+            )
         if not per_block:
-            if self._groups is not None:
-                order = balanced_order(rng, self._groups)
+            if balanced and self._members is not None:
+                order = balanced_order(rng, self._members)
             else:
                 order = rng.permutation(len(cast(Sized, self.dataset)))
             return order[: len(self) * self.num_replicas][self.rank :: self.num_replicas].tolist()
@@ -264,6 +271,8 @@ class ShuffledOrder(DistributedSampler):
         state = {"epoch": self.epoch, "cycle": self.cycle, "drawn": self.drawn}
         if self._pass[0]:
             state |= {"episodes_per_block": self._pass[0], "lanes": self._pass[1]}
+        if self._pass[2]:
+            state["balanced"] = 1
         return state
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
@@ -272,6 +281,7 @@ class ShuffledOrder(DistributedSampler):
         self._pass = (
             int(state_dict.get("episodes_per_block", 0)),
             int(state_dict.get("lanes", 1)),
+            bool(state_dict.get("balanced", 0)),
         )
         self._continues = True
 
@@ -389,14 +399,14 @@ def make_dataloader(
         loader = _recycling_dataloader()
     generator = torch.Generator().manual_seed(seed)
     drop_last = shuffle if drop_last is None else drop_last
-    blocks: dict[str, Any] = {}
+    order: dict[str, Any] = {}  # ShuffledOrder's options: the block order, group balance
     if episodes_per_block is not None:
         sample_episodes = getattr(dataset, "sample_episodes", None)
         if not shuffle or sample_episodes is None:
             raise ValueError(
                 "episodes_per_block needs shuffle=True and a dataset with sample_episodes()"
             )
-        blocks = {
+        order = {
             "episodes": sample_episodes(),
             "episodes_per_block": episodes_per_block,
             "workers": num_workers,
@@ -405,12 +415,12 @@ def make_dataloader(
     if groups is not None:
         if not shuffle:
             raise ValueError("groups (a balanced shuffle) needs shuffle=True")
-        blocks["groups"] = groups
+        order["groups"] = groups
     return loader(
         dataset,
         batch_size=batch_size,
         sampler=(
-            ShuffledOrder(dataset, seed, batch_size=batch_size if drop_last else 1, **blocks)
+            ShuffledOrder(dataset, seed, batch_size=batch_size if drop_last else 1, **order)
             if shuffle
             else None
         ),

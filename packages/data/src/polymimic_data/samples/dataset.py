@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -153,7 +152,7 @@ class EpisodeDataset(Dataset[Sample]):
         """The episode (its number in `episodes`) of every sample, in index order."""
         return self.sampler.sample_episodes()
 
-    def sample_groups(self, attribute: str) -> tuple[np.ndarray, list[Any]]:
+    def sample_groups(self, attribute: str) -> tuple[np.ndarray, list[str]]:
         """Every sample's group by its episode's `attribute` (e.g. "task_name"), and the groups.
 
         Group numbers index the returned labels, in order of first appearance. Raises,
@@ -165,8 +164,8 @@ class EpisodeDataset(Dataset[Sample]):
                 f"balance_by {attribute!r}: {len(lacking)} episode(s) lack that attribute, "
                 f"e.g. {lacking[:3]}; an episode's attributes are its zarr.json's `attributes`"
             )
-        labels = [str(e.attrs[attribute]) for e in self.episodes]
-        return group_codes(labels)[self.sample_episodes()], list(dict.fromkeys(labels))
+        codes, labels = group_codes([str(e.attrs[attribute]) for e in self.episodes])
+        return codes[self.sample_episodes()], labels
 
     def locate(self, index: int) -> tuple[int, int]:
         return self.sampler.locate(index)

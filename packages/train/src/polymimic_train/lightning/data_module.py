@@ -155,13 +155,20 @@ class EmbodimentDataModule(pl.LightningDataModule):
         if not attribute:
             return None
         groups, labels = dataset.sample_groups(str(attribute))
-        frames = np.bincount(groups, minlength=len(labels)) / max(1, len(groups))
+        if len(labels) < 2:
+            log.warning(
+                "%s: data.balance_by %s: every training episode has %s %r; nothing to balance",
+                name, attribute, attribute, labels[0] if labels else None,
+            )  # fmt: skip
+        shares = np.bincount(groups, minlength=len(labels)) / max(1, len(groups))
         log.info(
-            "%s: balanced by %s over %d groups (their share of the frames: %s)",
+            "%s: balanced by %s over %d groups, each 1/%d of a pass (their share of the "
+            "samples: %s)",
             name,
             attribute,
             len(labels),
-            ", ".join(f"{label} {share:.1%}" for label, share in zip(labels, frames, strict=True)),
+            len(labels),
+            ", ".join(f"{label} {share:.1%}" for label, share in zip(labels, shares, strict=True)),
         )
         return groups
 
