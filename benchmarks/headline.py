@@ -60,19 +60,24 @@ def current_commit() -> str:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
+# The commit a measuring process began at: a headline takes an hour or more, and the
+# checkout may move on while it runs (the commit when it saves would name code it never ran).
+COMMIT_AT_START = current_commit()
+
+
 def save(line: dict[str, Any], dest: Path, *, commit: str | None = None,
          argv: list[str] | None = None) -> Path:  # fmt: skip
     """`line` (a benchmark's printed figure) as `dest`, with where and how it was measured.
 
-    Written atomically: a reader never sees half a result. `argv` defaults to this
-    process's, as `python benchmarks/<script> ...`."""
+    Written atomically: a reader never sees half a result. `commit` defaults to the one
+    this process began at; `argv` to this process's, as `python benchmarks/<script> ...`."""
     if argv is None:
         script = Path(sys.argv[0]).resolve()
         shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
         argv = ["python", str(shown), *sys.argv[1:]]
     result = {
         **line,
-        "commit": commit or current_commit(),
+        "commit": commit or COMMIT_AT_START,
         "machine": line.get("machine") or machine(),
         "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "argv": argv,

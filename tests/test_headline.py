@@ -66,6 +66,18 @@ def test_a_saved_result_says_where_and_how_it_was_measured(
     assert "`h2r.py --robot-demos 10`" in row
 
 
+def test_a_saved_result_names_the_commit_its_process_began_at(
+    headline: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A headline runs for an hour or more while the checkout moves on: its result names the
+    code it ran, not HEAD when it saves."""
+    began = headline.COMMIT_AT_START
+    assert began == headline.current_commit() and len(began.split("+")[0]) == 40
+    monkeypatch.setattr(headline, "current_commit", lambda: "f" * 40)  # HEAD moved on
+    headline.save(_cell(), tmp_path / "r.json", argv=["h2r.py"])
+    assert json.loads((tmp_path / "r.json").read_text())["commit"] == began
+
+
 def test_a_30_hz_cell_counts_success_within_its_own_registered_limit(
     headline: ModuleType, tmp_path: Path
 ) -> None:
