@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,3 +39,22 @@ def s3_env(s3_server: S3TestServer, monkeypatch: pytest.MonkeyPatch) -> S3TestSe
     for name, value in s3_server.env.items():
         monkeypatch.setenv(name, value)
     return s3_server
+
+
+def _take(loader: Any, n: int, iterator: Any = None) -> tuple[list[Any], Any]:
+    """`n` batches from `loader` (its `iterator`, else a new one), into its next pass at the end."""
+    iterator = iter(loader) if iterator is None else iterator
+    out = []
+    for _ in range(n):
+        try:
+            out.append(next(iterator))
+        except StopIteration:
+            iterator = iter(loader)
+            out.append(next(iterator))
+    return out, iterator
+
+
+@pytest.fixture
+def take_batches() -> Callable[..., tuple[list[Any], Any]]:
+    """take_batches(loader, n, iterator=None): n batches and the iterator, across passes."""
+    return _take

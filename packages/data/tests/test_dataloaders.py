@@ -26,36 +26,26 @@ class _Frames(Dataset):
         return {"embodiment": "eva_bimanual", "frame": index, "faults": []}
 
 
-def _take(loader, n: int, iterator=None):
-    iterator = iter(loader) if iterator is None else iterator
-    batches = []
-    for _ in range(n):
-        try:
-            batches.append(next(iterator))
-        except StopIteration:
-            iterator = iter(loader)
-            batches.append(next(iterator))
-    return batches, iterator
-
-
 @pytest.mark.parametrize("num_workers", [0, 2])
 # 5 batches per epoch: stop mid-epoch, at its end, and in the next
 @pytest.mark.parametrize("stop_after", [3, 5, 7])
-def test_a_restored_loader_continues_the_same_order(num_workers: int, stop_after: int) -> None:
+def test_a_restored_loader_continues_the_same_order(
+    num_workers: int, stop_after: int, take_batches
+) -> None:
     def loader():
         return make_dataloader(
             _Frames(), batch_size=4, shuffle=True, num_workers=num_workers, seed=3
         )
 
-    whole, _ = _take(loader(), 12)
+    whole, _ = take_batches(loader(), 12)
 
     first = loader()
-    head, iterator = _take(first, stop_after)
+    head, iterator = take_batches(first, stop_after)
     state = first.state_dict()
     del iterator
     resumed = loader()
     resumed.load_state_dict(state)
-    tail, _ = _take(resumed, 12 - stop_after)
+    tail, _ = take_batches(resumed, 12 - stop_after)
 
     got = [b["frame"].tolist() for b in head + tail]
     assert got == [b["frame"].tolist() for b in whole]

@@ -189,31 +189,20 @@ def _frames(batches) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_a_restored_loader_continues_the_block_order(num_workers: int) -> None:
+def test_a_restored_loader_continues_the_block_order(num_workers: int, take_batches) -> None:
     def loader():
         return make_dataloader(
             _Frames(), batch_size=4, shuffle=True, num_workers=num_workers, episodes_per_block=2
         )
 
-    def take(dl, n, iterator=None):
-        iterator = iter(dl) if iterator is None else iterator
-        out = []
-        for _ in range(n):
-            try:
-                out.append(next(iterator))
-            except StopIteration:
-                iterator = iter(dl)
-                out.append(next(iterator))
-        return out, iterator
-
-    whole, _ = take(loader(), 25)  # 11 batches an epoch: into the third
+    whole, _ = take_batches(loader(), 25)  # 11 batches an epoch: into the third
     first = loader()
-    head, iterator = take(first, 7)
+    head, iterator = take_batches(first, 7)
     state = first.state_dict()
     del iterator
     resumed = loader()
     resumed.load_state_dict(state)
-    tail, _ = take(resumed, 18)
+    tail, _ = take_batches(resumed, 18)
     assert _frames(head + tail) == _frames(whole)
     epoch = [f for b in _frames(whole[:11]) for f in b]
     assert len(set(epoch)) == 44  # 45 samples, whole batches: each once, one left out

@@ -128,22 +128,15 @@ class _Frames(Dataset):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_a_restored_loader_continues_the_balanced_order(num_workers: int) -> None:
+def test_a_restored_loader_continues_the_balanced_order(num_workers: int, take_batches) -> None:
     def loader():
         return make_dataloader(
             _Frames(), batch_size=4, shuffle=True, num_workers=num_workers, groups=_Frames.groups
         )
 
     def take(dl, n, iterator=None):
-        iterator = iter(dl) if iterator is None else iterator
-        out = []
-        for _ in range(n):
-            try:
-                out.append(next(iterator)["frame"].tolist())
-            except StopIteration:
-                iterator = iter(dl)
-                out.append(next(iterator)["frame"].tolist())
-        return out, iterator
+        batches, iterator = take_batches(dl, n, iterator)
+        return [b["frame"].tolist() for b in batches], iterator
 
     whole, _ = take(loader(), 16)  # 7 batches an epoch: into the third
     first = loader()
