@@ -52,16 +52,21 @@ def machine() -> str:
 def current_commit() -> str:
     """HEAD's commit, with `+dirty` when the checkout differs from it."""
     git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
-    if head.returncode != 0:
+    try:
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+    except OSError:  # no git here
         return "unknown"
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()  # fmt: skip
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 # The commit a measuring process began at: a headline takes an hour or more, and the
-# checkout may move on while it runs (the commit when it saves would name code it never ran).
+# commit when it saves may be one made since. (Its training and evaluation processes load
+# what the checkout holds when they start: keep the checkout at that commit, or measure from
+# a worktree of it.)
 COMMIT_AT_START = current_commit()
 
 

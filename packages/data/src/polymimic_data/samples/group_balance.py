@@ -27,7 +27,7 @@ def group_codes(labels: Sequence[str]) -> tuple[np.ndarray, list[str]]:
 
 
 def group_members(groups: np.ndarray) -> list[np.ndarray]:
-    """The indices of each group, by group number (0..G-1; a number unused: no group)."""
+    """The indices of each group, in group-number order (a number unused: left out)."""
     if len(groups) and int(groups.min()) < 0:
         raise ValueError(f"group numbers must be 0 or more, got {int(groups.min())}")
     order = np.argsort(groups, kind="stable")
