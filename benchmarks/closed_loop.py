@@ -16,13 +16,14 @@ seeds it is evaluated on, with the figure the field reports for it beside ours:
 Each records its demonstrations (seeds 0 on), trains hpt_small through the app, evaluates
 200 held-out episodes (seeds 1000 on; 20 of each task for a suite) and prints one JSON line:
 standard and strict success with 95% Wilson intervals, success at the registered step limit
-and at 400, steps to success beside the expert's, the wall times of recording, training and
-evaluation, and the commands. The line is saved as `--results`/<headline>.json with the
-commit and the machine, and the sim README's table is generated from those files
-(`python benchmarks/headline.py table`). `--workdir` is reused: a rerun records nothing twice
-and resumes an interrupted training from its last checkpoint. Run one at a time on a small
-CPU: each takes about an hour on 2 cores (mt10's 500 demonstrations record in about 5
-minutes in 2 `--workers` processes).
+and at 400, steps to success beside the expert's, each task's demonstrations and its share of
+their frames, the wall times of recording, training and evaluation, and the commands. The
+line is saved as `--results`/<headline>.json with the commit and the machine, and the sim
+README's table is generated from those files (`python benchmarks/headline.py table`).
+`--workdir` is reused: a rerun records nothing twice and resumes an interrupted training from
+its last checkpoint. Run one at a time on a small CPU: on 2 cores transfer cube takes about an
+hour, mt10 about two (its 500 demonstrations record in about 6 minutes in 2 `--workers`
+processes, its 10,000 steps train in about 90).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from figure_lines import figure_printer  # benchmarks/ is on sys.path when run
 from headline import RESULTS, add_results_arguments, save
 from hydra import compose, initialize_config_module
 
+from polymimic_data import resolve_episodes
 from polymimic_sim import expert_variant, record, suite_tasks
 from polymimic_train import recorded_cameras
 
@@ -111,6 +113,25 @@ def record_resumed(
     return report, record_s
 
 
+def frames_by_task(demos_dir: Path) -> dict[str, dict[str, float]]:
+    """Each recorded task's demonstrations, mean frames and share of all the frames over an
+    even share (1/tasks): what a uniform shuffle trains each task at (a scripted reach is
+    about half as long as a drawer-open, so it trains at about 0.6x; data.balance_by evens it).
+    """
+    frames: dict[str, list[int]] = {}
+    for info in resolve_episodes(demos_dir):
+        frames.setdefault(str(info.attrs["sim_task"]), []).append(info.total_frames)
+    total = sum(sum(f) for f in frames.values())
+    return {
+        task: {
+            "episodes": len(f),
+            "mean_frames": round(sum(f) / len(f), 1),
+            "share_over_even": round(sum(f) / total * len(frames), 3),
+        }
+        for task, f in sorted(frames.items())
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--headline", required=True, choices=sorted(HEADLINES))
@@ -155,7 +176,8 @@ def main() -> None:
         "success_rate", result["successes"] / result["episodes"], "fraction",
         headline=opts.headline, task=spec.task, demos=demos, demos_recorded=recorded,
         expert_success=report.success_rate, experts=experts, steps=steps, anchor=spec.anchor,
-        record_s=round(record_s, 1), record_workers=opts.workers, **result,
+        record_s=round(record_s, 1), record_workers=opts.workers,
+        demo_frames_by_task=frames_by_task(demos_dir), **result,
     )  # fmt: skip
     if opts.results:
         save(line, opts.results / f"{opts.headline}.json")

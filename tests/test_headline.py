@@ -8,7 +8,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -219,3 +219,25 @@ def test_a_resumed_recording_counts_the_time_of_every_run_that_recorded(tmp_path
     assert [(e["written"], e["kept"]) for e in log] == [(1, 0), (1, 1)]
     assert first_s == log[0]["seconds"] > 0 and total_s == first_s + log[1]["seconds"]
     assert len(second.kept) == 1 and len(second.written) == 1
+    frames = [json.loads((p / "zarr.json").read_text())["attributes"]["total_frames"]
+              for p in sorted(demos.glob("*.zarr"))]  # fmt: skip
+    assert closed_loop.frames_by_task(demos) == {  # read from what record wrote
+        "metaworld/reach-v3": {
+            "episodes": 2,
+            "mean_frames": sum(frames) / 2,
+            "share_over_even": 1.0,
+        }
+    }
+
+
+def test_each_tasks_share_of_the_demonstrations_frames_is_over_an_even_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    closed_loop = _closed_loop()
+    episodes = [SimpleNamespace(attrs={"sim_task": task}, total_frames=n)
+                for task, n in (("a", 10), ("b", 60), ("a", 30))]  # fmt: skip
+    monkeypatch.setattr(closed_loop, "resolve_episodes", lambda root: episodes)
+    assert closed_loop.frames_by_task(Path("demos")) == {
+        "a": {"episodes": 2, "mean_frames": 20.0, "share_over_even": 0.8},  # 40 of 100, 2 tasks
+        "b": {"episodes": 1, "mean_frames": 60.0, "share_over_even": 1.2},
+    }

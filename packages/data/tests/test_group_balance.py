@@ -168,7 +168,10 @@ def test_sample_groups_by_an_episode_attribute(tmp_path: Path) -> None:
     by_episode = dataset.sample_episodes()
     for e, code in enumerate([0, 1, 0]):
         assert set(groups[by_episode == e].tolist()) == {code}
-    with pytest.raises(ValueError, match="balance_by 'operator': 3 episode"):
+    lacking = (
+        r"balance_by: 'operator' is not an attribute of 3 episode\(s\), e.g. .*\.zarr; it holds"
+    )
+    with pytest.raises(ValueError, match=lacking + r" \[.*'task_name'"):
         dataset.sample_groups("operator")
     loader = make_dataloader(
         dataset, batch_size=4, shuffle=True, num_workers=0, groups=groups, pin_memory=False

@@ -174,9 +174,9 @@ def test_balance_by_gives_each_task_an_equal_share_of_an_epoch(root: Path, tmp_p
         data_root=str(tmp_path),
         cache_dir=str(tmp_path / "nostats"),
     )
-    with pytest.raises(ConfigError, match=r"data.balance_by: 'operator' is not an attribute of "
-                       r"8 episode\(s\) of data.datasets.eva_bimanual, e.g. .*\.zarr; they "
-                       r"hold \[.*'task_name'"):  # fmt: skip
+    with pytest.raises(ConfigError, match=r"data.balance_by of data.datasets.eva_bimanual: "
+                       r"'operator' is not an attribute of 8 episode\(s\), e.g. .*\.zarr; it "
+                       r"holds \[.*'task_name'"):  # fmt: skip
         dm.prepare()
     assert not (tmp_path / "nostats" / "norm_stats").exists()
 

@@ -24,6 +24,7 @@ from polymimic_data.embodiments import (
     lacking_cameras,
 )
 from polymimic_data.episodes import job_cache_dir
+from polymimic_data.samples import lacking_attribute
 from polymimic_data.store import (
     RemoteRootError,
     attrs_match,
@@ -178,14 +179,9 @@ def _check_held(name: str, spec: Mapping[str, Any], found: list[EpisodeInfo]) ->
 def _check_balance(name: str, data: Mapping[str, Any], found: list[EpisodeInfo]) -> None:
     """ConfigError where episodes lack the attribute `data.balance_by` groups them by."""
     attribute = data.get("balance_by")
-    lacking = [str(e.path) for e in found if attribute and attribute not in e.attrs]
-    if lacking:
-        example = next(e for e in found if attribute not in e.attrs)
-        held = sorted(set(example.attrs) - {"embodiment_declaration"})
-        raise ConfigError(
-            f"data.balance_by: {attribute!r} is not an attribute of {len(lacking)} episode(s) "
-            f"of data.datasets.{name}, e.g. {lacking[0]}; they hold {held}"
-        )
+    missing = attribute and lacking_attribute(found, attribute)
+    if missing:
+        raise ConfigError(f"data.balance_by of data.datasets.{name}: {missing}")
 
 
 def _resolve(roots: list[Path], filters: Mapping[str, Any], cache: Path) -> list[EpisodeInfo]:

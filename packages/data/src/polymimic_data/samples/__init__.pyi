@@ -16,6 +16,7 @@ from .faults import FaultLedger as FaultLedger
 from .faults import NoValidSampleError as NoValidSampleError
 from .faults import SampleFault as SampleFault
 from .faults import read_fault as read_fault
+from .group_balance import lacking_attribute as lacking_attribute
 from .image_augmentation import ImageAugmentation as ImageAugmentation
 from .image_resize import resize_uint8 as resize_uint8
 from .jpeg_decode import MIN_THREADED_PIXELS as MIN_THREADED_PIXELS

@@ -30,7 +30,7 @@ from polymimic_data.samples.faults import (
     SampleFault,
     read_fault,
 )
-from polymimic_data.samples.group_balance import group_codes
+from polymimic_data.samples.group_balance import group_codes, lacking_attribute
 from polymimic_data.samples.jpeg_decode import CameraDecoder, decode_jpeg, decoded_size
 from polymimic_data.samples.numeric_pack import NumericPack
 from polymimic_data.samples.windows import WindowSampler, assemble, frames_of, prompt_at
@@ -158,12 +158,9 @@ class EpisodeDataset(Dataset[Sample]):
         Group numbers index the returned labels, in order of first appearance. Raises,
         naming the episodes, where an episode lacks the attribute.
         """
-        lacking = [str(e.path) for e in self.episodes if attribute not in e.attrs]
-        if lacking:
-            raise ValueError(
-                f"balance_by {attribute!r}: {len(lacking)} episode(s) lack that attribute, "
-                f"e.g. {lacking[:3]}; an episode's attributes are its zarr.json's `attributes`"
-            )
+        missing = lacking_attribute(self.episodes, attribute)
+        if missing:
+            raise ValueError(f"balance_by: {missing}")
         codes, labels = group_codes([str(e.attrs[attribute]) for e in self.episodes])
         return codes[self.sample_episodes()], labels
 

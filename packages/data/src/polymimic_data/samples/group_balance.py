@@ -15,8 +15,12 @@ pass's generator alone, so a resumed sampler draws the same pass.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from polymimic_data.episodes.resolver import EpisodeInfo
 
 
 def group_codes(labels: Sequence[str]) -> tuple[np.ndarray, list[str]]:
@@ -24,6 +28,21 @@ def group_codes(labels: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     seen: dict[str, int] = {}
     codes = np.array([seen.setdefault(label, len(seen)) for label in labels], dtype=np.int64)
     return codes, list(seen)
+
+
+def lacking_attribute(episodes: Sequence[EpisodeInfo], attribute: str) -> str | None:
+    """Where episodes lack `attribute`: how many, one of them, what it holds; else None.
+
+    `attribute` is a key of an episode's zarr.json `attributes` (e.g. task_name).
+    """
+    lacking = [e for e in episodes if attribute not in e.attrs]
+    if not lacking:
+        return None
+    held = sorted(set(lacking[0].attrs) - {"embodiment_declaration"})
+    return (
+        f"{attribute!r} is not an attribute of {len(lacking)} episode(s), "
+        f"e.g. {lacking[0].path}; it holds {held}"
+    )
 
 
 def group_members(groups: np.ndarray) -> list[np.ndarray]:

@@ -98,7 +98,9 @@ class EmbodimentDataModule(pl.LightningDataModule):
         for name in self.cfg["datasets"]:
             train, val = self._split(name)
             self.train_sets[name] = self._dataset(name, train)
-            groups = self._groups(name, self.train_sets[name])  # before any heavy work
+            # Before statistics and loaders. Episodes under data.roots that lack the
+            # attribute were refused at resolve time (run_episodes); generated ones, here.
+            groups = self._groups(name, self.train_sets[name])
             if groups is not None:
                 self.train_groups[name] = groups
             self.train_episodes[name] = train
