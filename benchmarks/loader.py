@@ -24,7 +24,9 @@ sample of a uniform shuffle reopens its episode, against the block order
 (make_dataloader's `episodes_per_block`) and against the decode floor of the same samples:
 the samples worker 0 of 2 gets, as the loader deals them, in one process. Each order with
 the episodes' numeric arrays from a numeric pack (as the train app loads them: an open reads
-no array files) and without one (`unpacked_`), and an episode's open alone both ways.
+no array files) and without one (`unpacked_`), an episode's open alone both ways, and a
+JPEG frame's read through an open reader against a bare `os.pread` of its bytes
+(`frame_read_over_pread`: the Python around a frame's one syscall).
 """
 
 from __future__ import annotations
@@ -649,6 +651,59 @@ def open_figures(fresh: Any, count: int = 500, rounds: int = 3) -> None:
     emit("pack_over_disk_open", best["pack"] / best["disk"], "ratio")
 
 
+def frame_read_figures(dataset: EpisodeDataset, episodes: int = 50, rounds: int = 15) -> None:
+    """A JPEG frame's read against the one syscall under it, as an episode cache reads them.
+
+    Every frame of the first `episodes` episodes' cameras, read through EpisodeReader (its
+    files kept open, its shard indexes read) and then as a bare `os.pread` of the same
+    bytes from descriptors held open: the Python around a frame's read. Best of `rounds`,
+    one thread. Frames of a camera's first chunk file only (all of a small episode's).
+    """
+    readers = [EpisodeReader(e.path, keep_files_open=True) for e in dataset.episodes[:episodes]]
+    reads: list[tuple[EpisodeReader, str, int]] = []
+    spans: list[tuple[int, int, int]] = []  # (descriptor, offset, size)
+    descriptors: list[int] = []
+    for reader in readers:
+        for camera in dataset.cameras:
+            reader.read_jpeg(camera, 0)  # its shard index read: an open's work, not a read's
+            array = reader._jpeg_readers[camera]  # pyright: ignore[reportPrivateUsage]
+            index = array._index_cache.get(0)  # pyright: ignore[reportPrivateUsage]
+            if index is None:  # a layout without a shard index: no bare read to set beside
+                continue
+            descriptors.append(os.open(array._file(0), os.O_RDONLY))  # pyright: ignore[reportPrivateUsage]
+            frames = min(len(index), reader.total_frames)
+            reads += [(reader, camera, f) for f in range(frames)]
+            spans += [(descriptors[-1], *map(int, index[f])) for f in range(frames)]
+    if not reads:
+        return
+
+    def best(run: Any) -> float:
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        return min(times) / len(reads) * 1e6
+
+    def ours() -> None:
+        for reader, camera, frame in reads:
+            reader.read_jpeg(camera, frame)
+
+    def bare() -> None:
+        for fd, offset, size in spans:
+            os.pread(fd, size, offset)
+
+    try:
+        read_us, pread_us = best(ours), best(bare)
+    finally:
+        for fd in descriptors:
+            os.close(fd)
+    where = {"frames": len(reads), "episodes": len(readers), "cameras": len(dataset.cameras)}
+    emit("frame_read_us", read_us, "us", **where)
+    emit("frame_pread_us", pread_us, "us", **where)
+    emit("frame_read_over_pread", read_us / pread_us, "ratio", **where)
+
+
 def scale_figures(root: Path, samples: int, batches: int, rounds: int = 5) -> None:
     """A working set far larger than a worker's episode cache: uniform and block order.
 
@@ -689,6 +744,7 @@ def scale_figures(root: Path, samples: int, batches: int, rounds: int = 5) -> No
     emit("numeric_pack_build_s", time.perf_counter() - start, "s",
          episodes=len(template.episodes))  # fmt: skip
     open_figures(fresh)
+    frame_read_figures(template)
     template.use_numeric_pack(pack_dir, progress=False)  # the loader's figures, as the app runs
 
     def timed(run: Any, items: list) -> float:

@@ -70,6 +70,8 @@ def test_loader_benchmark_at_scale_prints_opens_from_the_pack_and_from_disk(tmp_
     assert read["numeric pack"]["value"] == cameras  # each camera's JPEG, and nothing else
     assert read["disk"]["value"] > 3 * cameras  # metadata, chunks, shard indices besides
     assert figures["numeric_pack_build_s"]["episodes"] == 40
+    frame_read = figures["frame_read_over_pread"]  # every frame of each camera's one shard
+    assert frame_read["frames"] == 40 * cameras * 20 and frame_read["value"] > 0
     for metric in ("ms_per_sample_over_floor", "unpacked_ms_per_sample_over_floor"):
         assert figures[metric]["value"] > 0, metric
     aligned = figures["slot_decode_aligned_over_off_boundary"]  # the small frames' own
