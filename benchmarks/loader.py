@@ -673,7 +673,7 @@ def frame_read_figures(dataset: EpisodeDataset, episodes: int = 50, rounds: int 
             descriptors.append(os.open(array._file(0), os.O_RDONLY))  # pyright: ignore[reportPrivateUsage]
             frames = min(len(index), reader.total_frames)
             reads += [(reader, camera, f) for f in range(frames)]
-            spans += [(descriptors[-1], *map(int, index[f])) for f in range(frames)]
+            spans += [(descriptors[-1], int(index[f][0]), int(index[f][1])) for f in range(frames)]
     if not reads:
         return
 

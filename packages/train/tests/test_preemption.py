@@ -86,6 +86,57 @@ def test_a_requeue_command_killed_by_the_requeue_is_a_requeue_a_failed_one_is_no
         signal.signal(SIG, previous)
 
 
+@pytest.fixture
+def sigterm_raises_like_lightning():
+    """SIGTERM's handler as Lightning's signal connector sets it: it raises."""
+
+    def lightnings(signum: int, frame: Any) -> None:
+        raise RuntimeError("SIGTERMException")
+
+    previous = signal.signal(signal.SIGTERM, lightnings)
+    yield lightnings
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_requeues_sigterm_does_not_replace_its_exit(sigterm_raises_like_lightning):
+    """`scontrol requeue` takes the step down with SIGTERM as its exit unwinds: under load
+    (tests-slurm in three CI lanes) Lightning's handler raised over the exit, and the run
+    was recorded failed with its requeue uncounted. Held, it is logged."""
+
+    def requeue_then_exit(signum: int, frame: Any) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # the takedown, landing before the exit
+        raise SystemExit(-1)
+
+    previous = signal.signal(SIG, requeue_then_exit)
+    try:
+        with DeferredSignal(SIG, grace_s=30) as deferred:
+            os.kill(os.getpid(), SIG)
+            time.sleep(0.05)
+            with pytest.raises(LeftForRequeue):
+                deferred.honour()
+            os.kill(os.getpid(), signal.SIGTERM)  # another, as the run is being recorded
+            time.sleep(0.05)
+        assert signal.getsignal(signal.SIGTERM) is not sigterm_raises_like_lightning  # leaving
+    finally:
+        signal.signal(SIG, previous)
+
+
+def test_a_handler_that_does_not_requeue_gives_sigterm_back(sigterm_raises_like_lightning):
+    """On a rank other than 0 submitit's handler logs and returns: the run goes on, and
+    SIGTERM is Lightning's again."""
+    calls = []
+    previous = signal.signal(SIG, lambda signum, frame: calls.append(signum))
+    try:
+        with DeferredSignal(SIG, grace_s=30) as deferred:
+            os.kill(os.getpid(), SIG)
+            time.sleep(0.05)
+            deferred.honour()
+            assert calls == [SIG]
+            assert signal.getsignal(signal.SIGTERM) is sigterm_raises_like_lightning
+    finally:
+        signal.signal(SIG, previous)
+
+
 def test_a_signal_never_honoured_runs_where_the_process_is_after_the_grace(exits_like_submitit):
     _, calls, state = exits_like_submitit
     with DeferredSignal(SIG, grace_s=0.3):

@@ -152,16 +152,49 @@ class DeferredSignal:
         would also kill the command, and be recorded as a requeue with no next life.
         """
         assert self._handler is not None
+        held = _SigtermHeld()
         try:
             self._handler(self.signum, frame)
         except SystemExit as exc:
-            raise LeftForRequeue(exc.code) from exc
+            raise LeftForRequeue(exc.code) from exc  # SIGTERM stays held: the process leaves
         except subprocess.CalledProcessError as exc:
             if exc.returncode >= 0:  # the command failed: no requeue
+                held.restore()
                 raise
             log.warning("%s: %s killed by signal %d as the step was taken down for its "
                         "requeue", self.name, exc.cmd, -exc.returncode)  # fmt: skip
             raise LeftForRequeue(-1) from exc
+        except BaseException:
+            held.restore()
+            raise
+        held.restore()  # the handler returned (a rank that does not requeue): not leaving
+
+
+class _SigtermHeld:
+    """SIGTERM logged, not acted on, from the launcher's handler on (main thread only).
+
+    The requeue (`scontrol requeue`, in submitit's handler) takes the job step down with
+    SIGTERM about 0.1 s after it returns. Landing while the requeue's exit unwinds, before
+    `app.run` records the run as requeued, Lightning's SIGTERM handler raised
+    `SIGTERMException` over the exit, and the run was recorded failed, its requeue
+    uncounted (tests-slurm, under load). A Python handler, not SIG_IGN: children (the
+    `scontrol` command) keep SIGTERM's default, and the hard time limit's SIGKILL still ends
+    a process that hangs.
+    """
+
+    def __init__(self) -> None:
+        self._previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._log)
+
+    @staticmethod
+    def _log(signum: int, frame: FrameType | None) -> None:
+        log.warning("SIGTERM as the run leaves for its requeue: leaving as requeued")
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
 
 
 class DeferredSignalCallback(pl.Callback):
