@@ -117,12 +117,17 @@ def test_policy_benchmark_counts_every_model_config() -> None:
 
 def test_serve_benchmark_prints_its_ratios(trained_checkpoint: Path) -> None:
     quick = ["--checkpoint", str(trained_checkpoint), "--requests", "10", "--seconds", "0.3"]
-    lines = _lines("serve.py", *quick)
+    lines = _lines("serve.py", *quick, "--pipelined", "2")  # 20 by default: 20 s more here
     ratios = [line for line in lines if line["metric"] == "round_trip_over_predict_p50"]
     assert [r["cameras_on_wire"] for r in ratios] == [1, 4] and all(r["value"] > 0 for r in ratios)
     rates = {(r["clients"], r["max_batch"]) for r in lines if r["metric"] == "requests_per_s"}
     assert rates == {(c, b) for c in (1, 4, 16) for b in (1, 8)}  # one at a time; the default
     assert any(line["metric"] == "rtc_over_chunk_boundary_jump" for line in lines)
+    figures = {line["metric"]: line for line in lines}
+    assert figures["over_cap_close_code"]["value"] == 1009  # a message over the cap: refused
+    assert figures["pipelined_peak_over_message"]["answered"] == 2  # each pipelined one answered
+    largest = [line["message"] for line in lines if line["metric"] == "abuse_peak_over_message"]
+    assert sorted(largest) == ["four_1080p", "pixel_bound"]
 
 
 def test_sim_benchmark_prints_its_ratios() -> None:
