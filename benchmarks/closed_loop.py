@@ -22,8 +22,8 @@ line is saved as `--results`/<headline>.json with the commit and the machine, an
 README's table is generated from those files (`python benchmarks/headline.py table`).
 `--workdir` is reused: a rerun records nothing twice and resumes an interrupted training from
 its last checkpoint. Run one at a time on a small CPU: on 2 cores transfer cube takes about an
-hour, mt10 about two (its 500 demonstrations record in about 6 minutes in 2 `--workers`
-processes, its 10,000 steps train in about 90).
+hour, insertion about an hour and a half, mt10 about two (its 500 demonstrations record in
+about 6 minutes in 2 `--workers` processes, its 10,000 steps train in about 90).
 """
 
 from __future__ import annotations
@@ -163,6 +163,7 @@ def main() -> None:
     report, record_s = record_resumed(spec.task, demos_dir, demos, opts.workers, cameras,
                                       opts.expert)  # fmt: skip
     experts = {task: expert_variant(task, opts.expert) for task in suite_tasks(spec.task)}
+    shares = frames_by_task(demos_dir)  # now: an error here costs no training
     recorded = len(report.written) + len(report.kept)  # the expert's failures are not written
     if opts.record_only:
         print(f"{spec.task}: {recorded} demonstrations under {demos_dir} "
@@ -177,7 +178,7 @@ def main() -> None:
         headline=opts.headline, task=spec.task, demos=demos, demos_recorded=recorded,
         expert_success=report.success_rate, experts=experts, steps=steps, anchor=spec.anchor,
         record_s=round(record_s, 1), record_workers=opts.workers,
-        demo_frames_by_task=frames_by_task(demos_dir), **result,
+        demo_frames_by_task=shares, **result,
     )  # fmt: skip
     if opts.results:
         save(line, opts.results / f"{opts.headline}.json")

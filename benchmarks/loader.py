@@ -64,6 +64,7 @@ from polymimic_data.samples import (
     off_boundary,
     tune_worker_allocator,
 )
+from polymimic_data.store.zarr_chunks import MISSING  # a shard index's unwritten chunk
 from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
 
 emit = figure_printer("loader")
@@ -668,12 +669,15 @@ def frame_read_figures(dataset: EpisodeDataset, episodes: int = 50, rounds: int 
             reader.read_jpeg(camera, 0)  # its shard index read: an open's work, not a read's
             array = reader._jpeg_readers[camera]  # pyright: ignore[reportPrivateUsage]
             index = array._index_cache.get(0)  # pyright: ignore[reportPrivateUsage]
-            if index is None:  # a layout without a shard index: no bare read to set beside
-                continue
-            descriptors.append(os.open(array._file(0), os.O_RDONLY))  # pyright: ignore[reportPrivateUsage]
-            frames = min(len(index), reader.total_frames)
-            reads += [(reader, camera, f) for f in range(frames)]
-            spans += [(descriptors[-1], int(index[f][0]), int(index[f][1])) for f in range(frames)]
+            one_a_chunk = array._a_frame_a_chunk  # pyright: ignore[reportPrivateUsage]
+            if index is None or not one_a_chunk:  # no shard index, or frames packed in
+                continue  # chunks: no one bare read per frame to set beside
+            path = array._file(0)  # pyright: ignore[reportPrivateUsage]
+            descriptors.append(os.open(path, os.O_RDONLY))
+            stored = [f for f in range(min(len(index), reader.total_frames))
+                      if int(index[f][0]) != MISSING]  # fmt: skip
+            reads += [(reader, camera, f) for f in stored]
+            spans += [(descriptors[-1], int(index[f][0]), int(index[f][1])) for f in stored]
     if not reads:
         return
 

@@ -117,7 +117,7 @@ def test_policy_benchmark_counts_every_model_config() -> None:
 
 def test_serve_benchmark_prints_its_ratios(trained_checkpoint: Path) -> None:
     quick = ["--checkpoint", str(trained_checkpoint), "--requests", "10", "--seconds", "0.3"]
-    lines = _lines("serve.py", *quick, "--pipelined", "2")  # 20 by default: 20 s more here
+    lines = _lines("serve.py", *quick, "--pipelined", "2")  # 20 by default: 14 s more
     ratios = [line for line in lines if line["metric"] == "round_trip_over_predict_p50"]
     assert [r["cameras_on_wire"] for r in ratios] == [1, 4] and all(r["value"] > 0 for r in ratios)
     rates = {(r["clients"], r["max_batch"]) for r in lines if r["metric"] == "requests_per_s"}

@@ -155,8 +155,8 @@ class EpisodeDataset(Dataset[Sample]):
     def sample_groups(self, attribute: str) -> tuple[np.ndarray, list[str]]:
         """Every sample's group by its episode's `attribute` (e.g. "task_name"), and the groups.
 
-        Group numbers index the returned labels, in order of first appearance. Raises,
-        naming the episodes, where an episode lacks the attribute.
+        Group numbers index the returned labels, in order of first appearance. Raises
+        ValueError where episodes lack the attribute: how many, and one with what it holds.
         """
         missing = lacking_attribute(self.episodes, attribute)
         if missing:

@@ -18,7 +18,8 @@ validation batch), where nothing is half done, or as the work ends. Work between
 boundaries can be long (data preparation, a video render, a closed-loop evaluation): if
 the note is not honoured within `grace_s`, the handler runs where the process is, as
 before, since a late requeue beats none. The handler runs at most once. Its exit is a
-`LeftForRequeue`, which `app.run` records as `requeued` rather than `failed`. The loader's
+`LeftForRequeue`, which `app.run` records as `requeued` rather than `failed`; from the
+handler on, SIGTERM is held (`_SigtermHeld`: the requeue's own SIGTERM follows). The loader's
 workers ignore the signal (polymimic-data's worker setup, under Slurm): the process that
 trains acts for them.
 """
@@ -156,7 +157,7 @@ class DeferredSignal:
         try:
             self._handler(self.signum, frame)
         except SystemExit as exc:
-            raise LeftForRequeue(exc.code) from exc  # SIGTERM stays held: the process leaves
+            raise LeftForRequeue(exc.code) from exc  # SIGTERM stays held (see _SigtermHeld)
         except subprocess.CalledProcessError as exc:
             if exc.returncode >= 0:  # the command failed: no requeue
                 held.restore()
@@ -171,30 +172,40 @@ class DeferredSignal:
 
 
 class _SigtermHeld:
-    """SIGTERM logged, not acted on, from the launcher's handler on (main thread only).
+    """SIGTERM logged and kept, not acted on, from the launcher's handler on (main thread).
 
     The requeue (`scontrol requeue`, in submitit's handler) takes the job step down with
-    SIGTERM about 0.1 s after it returns. Landing while the requeue's exit unwinds, before
-    `app.run` records the run as requeued, Lightning's SIGTERM handler raised
-    `SIGTERMException` over the exit, and the run was recorded failed, its requeue
-    uncounted (tests-slurm, under load). A Python handler, not SIG_IGN: children (the
-    `scontrol` command) keep SIGTERM's default, and the hard time limit's SIGKILL still ends
-    a process that hangs.
+    SIGTERM about 0.1 s after it returns. On a quiet machine rank 0 has left `fit` by then,
+    and Lightning's teardown has put back the SIGTERM handler from before it (submitit's,
+    which logs). Under load the signal came while the exit still unwound inside `fit`, and
+    Lightning's own handler ran: in a run of several processes it broadcasts to the other
+    ranks, and the rank leaving has left the loop they are in. The broadcast waited until
+    Slurm killed the step (its 4 s KillWait), so `app.run` never wrote `requeued`; the next
+    life's record had no `requeues` (tests-slurm's time-limit test, in a CI of three
+    lanes). Held from the handler on, SIGTERM reaches no broadcast; Lightning's teardown
+    replaces the hold with the handler from before `fit` as before. A Python handler, not
+    SIG_IGN: children (the `scontrol` command) keep SIGTERM's default, and Slurm's SIGKILL
+    still ends a process that hangs. `restore()` (the handler did not leave) puts SIGTERM's
+    handler back and sends a SIGTERM that came meanwhile again, so it is not lost.
     """
 
     def __init__(self) -> None:
-        self._previous: Any = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._log)
+        self._held = threading.current_thread() is threading.main_thread()
+        self._came = False
+        self._previous: Any = signal.signal(signal.SIGTERM, self._note) if self._held else None
 
-    @staticmethod
-    def _log(signum: int, frame: FrameType | None) -> None:
-        log.warning("SIGTERM as the run leaves for its requeue: leaving as requeued")
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self._came = True
+        log.warning("SIGTERM as the run leaves for its requeue: held, leaving as requeued")
 
     def restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+        if not self._held:
+            return
+        self._held = False
+        previous = signal.SIG_DFL if self._previous is None else self._previous  # None: not
+        signal.signal(signal.SIGTERM, previous)  # set from Python, so the default
+        if self._came:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 class DeferredSignalCallback(pl.Callback):
