@@ -64,7 +64,7 @@ from polymimic_data.samples import (
     off_boundary,
     tune_worker_allocator,
 )
-from polymimic_data.store.zarr_chunks import MISSING  # a shard index's unwritten chunk
+from polymimic_data.store import MISSING  # a shard index's entry for a chunk never written
 from polymimic_data.synthetic import ensure_synthetic_episodes, generate_episode
 
 emit = figure_printer("loader")
