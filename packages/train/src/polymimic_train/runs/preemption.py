@@ -153,22 +153,26 @@ class DeferredSignal:
         would also kill the command, and be recorded as a requeue with no next life.
         """
         assert self._handler is not None
-        held = _SigtermHeld()
+        held, leaving = _SigtermHeld(), True  # leaving: SIGTERM stays held (_SigtermHeld)
         try:
             self._handler(self.signum, frame)
         except SystemExit as exc:
-            raise LeftForRequeue(exc.code) from exc  # SIGTERM stays held (see _SigtermHeld)
+            raise LeftForRequeue(exc.code) from exc
         except subprocess.CalledProcessError as exc:
             if exc.returncode >= 0:  # the command failed: no requeue
-                held.restore()
+                leaving = False
                 raise
             log.warning("%s: %s killed by signal %d as the step was taken down for its "
                         "requeue", self.name, exc.cmd, -exc.returncode)  # fmt: skip
             raise LeftForRequeue(-1) from exc
         except BaseException:
-            held.restore()
+            leaving = False
             raise
-        held.restore()  # the handler returned (a rank that does not requeue): not leaving
+        else:
+            leaving = False  # the handler returned (a rank that does not requeue)
+        finally:
+            if not leaving:
+                held.restore()
 
 
 class _SigtermHeld:
