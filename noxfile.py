@@ -23,7 +23,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 PACKAGES = ("data", "policies", "strategies", "eval", "serve", "sim", "train")
 # --durations: CI's log names the slowest tests, where its time goes
-PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider", "--durations=10")
+PYTEST = ("pytest", "--import-mode=importlib", "-p", "no:cacheprovider", "--durations=20")
 ROOT = Path(__file__).resolve().parent
 nox.options.sessions = [f"tests-{p}" for p in PACKAGES] + ["tests", "matrix", "tests-slurm"]
 nox.options.sessions += ["gate-sim", "lint", "typecheck"]

@@ -1,9 +1,12 @@
 """Every model config trains on every data config for a few steps, through the app itself.
 
 The configs are enumerated from the config tree, so a new model or data config cannot
-land untested. Policies over 10M parameters are marked slow (`nox -s matrix` runs them);
-sizes over 100M are for GPUs: on the CPU they are built on the meta device and counted
-(test_model_sizes), not trained.
+land untested. A policy over 10M parameters trains on every data config cut to a CPU size
+(`polymimic_train.testing.cpu_size`: width and depth only, every other choice of its config
+kept), and at its own size once, on the default data (marked slow: `nox -s matrix` runs
+it). Sizes of one config (hpt_3m, hpt_12m and hpt: the same config but for width and depth)
+cut to the same model, which trains once per data config. Sizes over 100M are for GPUs: on
+the CPU they are built on the meta device and counted (test_model_sizes), not trained.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from polymimic_data.synthetic import ensure_synthetic_episodes
 from polymimic_data.testing import write_lerobot_dataset
 from polymimic_policies import build_policy
 from polymimic_train import recorded_cameras
+from polymimic_train.testing import cpu_size
 
 CONFIGS = Path(polymimic_train.configs.__file__).parent
 SLOW, GPU_ONLY = 10e6, 100e6
@@ -130,20 +134,44 @@ def twins() -> dict[str, str]:
     return found
 
 
+def cut(model: str) -> list[str]:
+    """The overrides a model trains with on every data config: none, or its CPU size."""
+    return cpu_size(model) if parameters(model) > SLOW else []
+
+
+@cache
+def cut_twins() -> dict[str, str]:
+    """Models over 10M whose CPU size composes to the model node of an earlier one's -> it."""
+    from omegaconf import OmegaConf
+
+    first: dict[str, str] = {}
+    found = {}
+    for model in _options("model"):
+        if model in twins() or not SLOW < parameters(model) <= GPU_ONLY:
+            continue
+        node = OmegaConf.to_yaml(_compose(f"model={model}", "name=count", *cut(model)).model)
+        if node in first:
+            found[model] = first[node]
+        else:
+            first[node] = model
+    return found
+
+
 def _pairs() -> list:
     pairs = []
     for model in _options("model"):
-        if model in twins():
+        if model in twins() or model in cut_twins() or parameters(model) > GPU_ONLY:
             continue
-        size = parameters(model)
-        if size > GPU_ONLY:
-            continue
-        marks = [pytest.mark.slow] if size > SLOW else []
         pairs += [
-            pytest.param(model, data, marks=marks + (SIM_MARKS if data.startswith("sim_") else []))
+            pytest.param(model, data, marks=SIM_MARKS if data.startswith("sim_") else [])
             for data in _options("data")
         ]
     return pairs
+
+
+def _whole() -> list[str]:
+    """Models trained cut on every data config, and at their own size once."""
+    return [m for m in _options("model") if m not in twins() and SLOW < parameters(m) <= GPU_ONLY]
 
 
 @cache
@@ -220,8 +248,22 @@ def test_the_matrix_covers_every_config_a_cpu_can_train() -> None:
     assert {"hpt_small", "hpt_eva", "hpt_human", "hpt_cotrain_shared_heads"} <= trained
     assert {"pi_tiny", "rdt_small"} <= trained
     gpu_only = {m for m in _options("model") if parameters(m) > GPU_ONLY}
-    assert trained | set(twins()) | gpu_only == set(_options("model"))
+    assert trained | set(twins()) | set(cut_twins()) | gpu_only == set(_options("model"))
     assert not set(twins()) & trained  # each twin is trained as its original, once
+    assert set(_whole()) == {"hpt", "hpt_12m", "hpt_3m"}  # each at its own size, once
+    assert set(_whole()) - set(cut_twins()) <= trained  # and cut, on every data config
+
+
+def test_sizes_of_one_config_cut_to_one_model_and_only_they() -> None:
+    """hpt_3m and hpt_12m are hpt but for width and depth: cut, they train as hpt does."""
+    assert cut_twins() == {"hpt_12m": "hpt", "hpt_3m": "hpt"}
+    cut_hpt, cut_small = (
+        _compose(f"model={m}", "name=count", *cpu_size(m)).model for m in ("hpt", "hpt_small")
+    )
+    assert cut_hpt.d_model == cut_small.d_model and cut_hpt.trunk_layers == 2
+    # hpt's own choices are kept, cut: they are what the cut model checks on every data
+    assert cut_hpt.resnet_blocks != cut_small.resnet_blocks
+    assert cut_hpt.image_tokens != cut_small.image_tokens
 
 
 def test_a_twin_is_skipped_only_when_its_config_is_its_originals() -> None:
@@ -242,7 +284,17 @@ def test_every_model_trains_on_every_data_config(
         *_data_overrides(tmp_path, data),
         *_pi_overrides(model, data),
     ]
-    cfg = compose_train(tmp_path, *overrides)
+    _trains(compose_train(tmp_path, *overrides, *cut(model)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", _whole())
+def test_a_model_over_10m_trains_at_its_own_size(tmp_path: Path, model: str, compose_train) -> None:
+    overrides = [f"model={model}", "data=synthetic_eva", *TINY]
+    _trains(compose_train(tmp_path, *overrides, *_data_overrides(tmp_path, "synthetic_eva")))
+
+
+def _trains(cfg) -> None:
     summary = polymimic_train.run(cfg)
     assert summary["steps"] == 2
     assert math.isfinite(summary["val_action_error"]) and summary["val_action_error"] > 0

@@ -23,7 +23,7 @@ missing extra, a wrong CLI flag, a session nox does not have) fails. The rules:
 - `train` runs shortened by appended overrides (Hydra: the last value wins, so the README's
   own overrides are still parsed and checked): SHORT, and SYNTHETIC_SIZE for synthetic data.
   Every run is on the CPU. A GPU line (`trainer.accelerator=gpu`) is for a model at a GPU
-  size: its config is kept and cut to a CPU size (GPU_LINE_SIZES, by model family); Pi at
+  size: its config is kept and cut to a CPU size (`polymimic_train.testing.cpu_size`); Pi at
   PaliGemma 3B gets the tiny PaliGemma for its POLYMIMIC_PALIGEMMA_DIR. A completed run must
   print its run directory.
 - Runs that a later README line resumes (`name=fold`, then `resume=...`) are killed
@@ -67,6 +67,8 @@ from pathlib import Path
 
 import pytest
 
+from polymimic_train.testing import cpu_size
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 TIMEOUT_S = 300  # per command; a hung run (e.g. a DDP collective mismatch) fails, not waits
@@ -89,12 +91,6 @@ SYNTHETIC_SIZE = [
 ]
 DEFAULT_DATA = "synthetic_eva"  # configs/train.yaml's defaults
 DEFAULT_MODEL = "hpt_small"
-# A GPU line's model, by family (the model config's name prefix), at a size a CPU trains
-# in seconds: the README's config still composes, builds and trains through the app.
-GPU_LINE_SIZES = {
-    "hpt": ["model.d_model=128", "model.num_heads=4", "model.trunk_layers=2"],
-    "pi": ["model.expert_width=64", "model.expert_mlp_dim=128"],  # as pi_tiny's expert
-}
 PALIGEMMA_DIR = "POLYMIMIC_PALIGEMMA_DIR"
 RUN_PLACEHOLDER = re.compile(r"^runs/([\w.-]+)/<date>_<time>_<id>$")
 RUN_FILE_PLACEHOLDER = re.compile(r"^runs/([\w.-]+)/<date>_<time>_<id>(/[\w./-]+)$")
@@ -211,11 +207,10 @@ def _shortened(command: Command, data: Data) -> tuple[list[str], dict[str, str]]
     if _choice(args, "data", DEFAULT_DATA).startswith("synthetic"):
         args += SYNTHETIC_SIZE
     if gpu_line:
-        model = _choice(args, "model", DEFAULT_MODEL)
-        family = next((f for f in GPU_LINE_SIZES if model.startswith(f)), None)
-        if family is None:
-            raise UnknownCommand(f"no CPU size for model={model} on a GPU line")
-        args += GPU_LINE_SIZES[family]
+        try:  # the README's config still composes, builds and trains through the app
+            args += cpu_size(_choice(args, "model", DEFAULT_MODEL))
+        except KeyError as exc:
+            raise UnknownCommand(f"on a GPU line: {exc}") from None
     return args, env
 
 
