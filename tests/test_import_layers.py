@@ -2,10 +2,11 @@
 
 Inside polymimic_data each subpackage imports only the layers below it (`DATA_LAYERS`):
 the store knows nothing of samples, episodes, LeRobot or synthetic data, and only the CLI
-reaches `lerobot` and `synthetic`. `testing` (fixtures for tests and benchmarks) is imported by
-no module of the library outside it, statically or through `importlib.import_module` with a
-constant name (`imports_of_testing`). How everyone else may import it is the rule for
-every package, in test_public_names.py. Each rule is shown to fail on a planted violation.
+reaches `lerobot` and `synthetic`. `testing` (fixtures for tests and benchmarks; polymimic-data's
+and polymimic-train's) is imported by no module of its library outside it, statically or
+through `importlib.import_module` with a constant name (`imports_of_testing`). How everyone
+else may import it is the rule for every package, in test_public_names.py. Each rule is
+shown to fail on a planted violation.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "packages" / "data" / "src" / "polymimic_data"
+TRAIN = ROOT / "packages" / "train" / "src" / "polymimic_train"
 
 # subpackage -> the subpackages of polymimic_data it may import (besides itself)
 DATA_LAYERS: dict[str, set[str]] = {
@@ -67,7 +69,6 @@ def layer_violations(package_dir: Path) -> list[str]:
     return bad
 
 
-TESTING = "polymimic_data.testing"
 _IMPORT_FUNCTIONS = {"import_module", "__import__"}
 
 
@@ -112,25 +113,28 @@ def _modules_named(tree: ast.AST, package: str) -> Iterator[tuple[int, str]]:
                     yield node.lineno, arg.value
 
 
-def imports_of_testing(sources: Iterable[tuple[str, str]]) -> list[str]:
-    """Imports of polymimic_data.testing by library modules outside it.
+def imports_of_testing(
+    sources: Iterable[tuple[str, str]], top: str = "polymimic_data"
+) -> list[str]:
+    """Imports of `top`.testing by library modules of package `top` outside it.
 
-    `sources` are (path inside polymimic_data, source): `store/x.py`, `__init__.pyi`, ...
+    `sources` are (path inside the package, source): `store/x.py`, `__init__.pyi`, ...
     """
+    testing = f"{top}.testing"
     bad: list[str] = []
     for where, source in sources:
         parts = where.removesuffix(".pyi").removesuffix(".py").split("/")
         if parts[0] == "testing":
             continue
-        package = ".".join(["polymimic_data", *parts[:-1]])
+        package = ".".join([top, *parts[:-1]])
         for line, module in _modules_named(ast.parse(source), package):
-            if module == TESTING or module.startswith(f"{TESTING}."):
+            if module == testing or module.startswith(f"{testing}."):
                 bad.append(f"{where}:{line} imports {module}")
     return bad
 
 
 def _library_sources(package_dir: Path = DATA) -> Iterator[tuple[str, str]]:
-    """(path inside polymimic_data, source) of every module and stub of the library."""
+    """(path inside the package, source) of every module and stub of its library."""
     for path in sorted([*package_dir.rglob("*.py"), *package_dir.rglob("*.pyi")]):
         yield path.relative_to(package_dir).as_posix(), path.read_text()
 
@@ -139,10 +143,18 @@ def test_data_subpackages_import_only_the_layers_below() -> None:
     assert layer_violations(DATA) == []
 
 
-def test_no_library_module_imports_testing() -> None:
-    sources = list(_library_sources())
+@pytest.mark.parametrize("package_dir", [DATA, TRAIN], ids=lambda p: p.name)
+def test_no_library_module_imports_testing(package_dir: Path) -> None:
+    sources = list(_library_sources(package_dir))
     assert any(where.startswith("testing/") for where, _ in sources)  # the scan sees it
-    assert imports_of_testing(sources) == []
+    assert imports_of_testing(sources, package_dir.name) == []
+
+
+def test_a_train_module_importing_its_testing_is_caught() -> None:
+    planted = "from polymimic_train.testing import cpu_size\n"
+    found = imports_of_testing([("app.py", planted)], "polymimic_train")
+    assert found and all(f.startswith("app.py:1 imports polymimic_train.testing") for f in found)
+    assert imports_of_testing([("app.py", planted)]) == []  # polymimic_data's rule: not its
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from polymimic_train import recorded_cameras
 from polymimic_train.testing import cpu_size
 
 CONFIGS = Path(polymimic_train.configs.__file__).parent
-SLOW, GPU_ONLY = 10e6, 100e6
+CUT_ABOVE, GPU_ONLY = 10e6, 100e6
 
 TINY = [
     "name=matrix",
@@ -136,7 +136,7 @@ def twins() -> dict[str, str]:
 
 def cut(model: str) -> list[str]:
     """The overrides a model trains with on every data config: none, or its CPU size."""
-    return cpu_size(model) if parameters(model) > SLOW else []
+    return cpu_size(model) if parameters(model) > CUT_ABOVE else []
 
 
 @cache
@@ -146,9 +146,7 @@ def cut_twins() -> dict[str, str]:
 
     first: dict[str, str] = {}
     found = {}
-    for model in _options("model"):
-        if model in twins() or not SLOW < parameters(model) <= GPU_ONLY:
-            continue
+    for model in _over_10m():
         node = OmegaConf.to_yaml(_compose(f"model={model}", "name=count", *cut(model)).model)
         if node in first:
             found[model] = first[node]
@@ -169,9 +167,12 @@ def _pairs() -> list:
     return pairs
 
 
-def _whole() -> list[str]:
-    """Models trained cut on every data config, and at their own size once."""
-    return [m for m in _options("model") if m not in twins() and SLOW < parameters(m) <= GPU_ONLY]
+def _over_10m() -> list[str]:
+    """Models over 10M a CPU trains: each at its own size once; cut, on every data config
+    as itself or as the model its cut twins."""
+    return [
+        m for m in _options("model") if m not in twins() and CUT_ABOVE < parameters(m) <= GPU_ONLY
+    ]
 
 
 @cache
@@ -250,20 +251,18 @@ def test_the_matrix_covers_every_config_a_cpu_can_train() -> None:
     gpu_only = {m for m in _options("model") if parameters(m) > GPU_ONLY}
     assert trained | set(twins()) | set(cut_twins()) | gpu_only == set(_options("model"))
     assert not set(twins()) & trained  # each twin is trained as its original, once
-    assert set(_whole()) == {"hpt", "hpt_12m", "hpt_3m"}  # each at its own size, once
-    assert set(_whole()) - set(cut_twins()) <= trained  # and cut, on every data config
+    assert set(_over_10m()) == {"hpt", "hpt_12m", "hpt_3m"}  # each at its own size, once
 
 
 def test_sizes_of_one_config_cut_to_one_model_and_only_they() -> None:
     """hpt_3m and hpt_12m are hpt but for width and depth: cut, they train as hpt does."""
     assert cut_twins() == {"hpt_12m": "hpt", "hpt_3m": "hpt"}
-    cut_hpt, cut_small = (
-        _compose(f"model={m}", "name=count", *cpu_size(m)).model for m in ("hpt", "hpt_small")
-    )
-    assert cut_hpt.d_model == cut_small.d_model and cut_hpt.trunk_layers == 2
+    cut_hpt = _compose("model=hpt", "name=count", *cpu_size("hpt")).model
+    small = _compose("model=hpt_small", "name=count").model
+    assert cut_hpt.d_model == small.d_model and cut_hpt.trunk_layers == small.trunk_layers
     # hpt's own choices are kept, cut: they are what the cut model checks on every data
-    assert cut_hpt.resnet_blocks != cut_small.resnet_blocks
-    assert cut_hpt.image_tokens != cut_small.image_tokens
+    assert cut_hpt.resnet_blocks != small.resnet_blocks
+    assert cut_hpt.image_tokens != small.image_tokens
 
 
 def test_a_twin_is_skipped_only_when_its_config_is_its_originals() -> None:
@@ -288,10 +287,11 @@ def test_every_model_trains_on_every_data_config(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", _whole())
+@pytest.mark.parametrize("model", _over_10m())
 def test_a_model_over_10m_trains_at_its_own_size(tmp_path: Path, model: str, compose_train) -> None:
-    overrides = [f"model={model}", "data=synthetic_eva", *TINY]
-    _trains(compose_train(tmp_path, *overrides, *_data_overrides(tmp_path, "synthetic_eva")))
+    data = "synthetic_eva"
+    overrides = [f"model={model}", f"data={data}", *TINY, *_data_overrides(tmp_path, data)]
+    _trains(compose_train(tmp_path, *overrides, *_pi_overrides(model, data)))
 
 
 def _trains(cfg) -> None:

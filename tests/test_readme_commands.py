@@ -5,9 +5,9 @@ on a fresh clone (`uv sync --locked` into a new environment: the root project's
 dependencies and the dev group, no other extras), so a README command that needs an
 extra the workspace does not install fails here as it would for a new user. The venv's
 executables are called directly (`uv run X` -> `<venv>/bin/X`): the venv is synced once
-and never again. Nothing is written into the checkout: POLYMIMIC_DATA_ROOT,
-POLYMIMIC_CACHE_DIR and POLYMIMIC_RUNS_ROOT are in a tmp dir, and nothing is downloaded
-(HF_HUB_OFFLINE).
+and never again. No data, cache or run is written into the checkout (only Python's
+bytecode caches, which git ignores): POLYMIMIC_DATA_ROOT, POLYMIMIC_CACHE_DIR and
+POLYMIMIC_RUNS_ROOT are in a tmp dir, and nothing is downloaded (HF_HUB_OFFLINE).
 
 Each command must match a rule below; a command no rule knows fails its test, so a README
 that grows a command grows a rule, and one that rots (a renamed override or option, a
@@ -210,7 +210,7 @@ def _shortened(command: Command, data: Data) -> tuple[list[str], dict[str, str]]
         try:  # the README's config still composes, builds and trains through the app
             args += cpu_size(_choice(args, "model", DEFAULT_MODEL))
         except KeyError as exc:
-            raise UnknownCommand(f"on a GPU line: {exc}") from None
+            raise UnknownCommand(f"on a GPU line: {exc.args[0]}") from None
     return args, env
 
 

@@ -1,11 +1,11 @@
-"""For tests and benchmarks only: a model config at a GPU size, cut to a size a CPU trains.
+"""For tests only (no module of the app imports it): a GPU-size model config, cut for a CPU.
 
 `cpu_size(model)` is the overrides that cut model config `model` (e.g. `hpt_300m`, `pi05`)
 to a size a CPU trains in seconds. They change width and depth only, so every other choice
 of the config (its stems, heads, tokens, backbone, dropout) is still composed, built and
 trained. The README's GPU lines run at this size in tests/test_readme_commands.py, and the
-matrix (tests/test_matrix.py) trains each model over 10M parameters at it on every data
-config.
+matrix (tests/test_matrix.py) trains a model over 10M parameters at it on every data config
+(sizes of one config, e.g. hpt_3m and hpt_12m, cut to one model: that one).
 """
 
 from __future__ import annotations
