@@ -5,13 +5,21 @@
 
 Prints one JSON line per figure (DESIGN.md). Each misconfiguration is timed from launch to
 exit; the default run reports its training time (from its summary and log), samples/s,
-data-wait fraction and val_action_error against the predict-the-mean baseline.
+data-wait fraction and val_action_error against the predict-the-mean baseline. First, what
+a training process imports, in a fresh interpreter: compiled from source (as under
+PYTHONDONTWRITEBYTECODE=1 in a venv that holds no bytecode, which uv installs by default)
+against read from a warm bytecode cache, best of two each, CPU seconds (the processes'
+own, user and system).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,6 +37,37 @@ MISCONFIGURATIONS = {
     "unknown_camera": ["data.datasets.eva_bimanual.cameras=[top]"],
     "no_episodes_of_embodiment": ["data=episodes", "data.roots=[{empty}]"],
 }
+
+
+# What `train` imports before its first step (the app, Lightning, the policies' stems)
+TRAIN_IMPORTS = (
+    "import lightning.pytorch, torchvision.models, polymimic_data, polymimic_policies, "
+    "polymimic_train.app, polymimic_train.lightning"
+)
+
+
+def import_cpu_s(cache: Path, write: bool) -> float:
+    """CPU seconds of a fresh interpreter importing TRAIN_IMPORTS, its bytecode under `cache`
+    (read, and written if `write`): an empty `cache` not written is a compile from source."""
+    env = os.environ | {"PYTHONPYCACHEPREFIX": str(cache)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if not write:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", TRAIN_IMPORTS], env=env, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def import_figures(tmp: Path) -> None:
+    empty, warm = tmp / "pycache-empty", tmp / "pycache-warm"
+    source = min(import_cpu_s(empty, write=False) for _ in range(2))
+    import_cpu_s(warm, write=True)  # fills the cache
+    cached = min(import_cpu_s(warm, write=True) for _ in range(2))
+    emit("train_imports_cpu_s_from_source", source, "s")
+    emit("train_imports_cpu_s_cached", cached, "s")
+    emit("train_imports_from_source_over_cached", source / cached, "ratio",
+         note="what PYTHONDONTWRITEBYTECODE=1 costs each process; .ci/run unsets it")  # fmt: skip
 
 
 def startup_figures(tmp: Path) -> None:
@@ -64,6 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="polymimic-bench-") as tmp_name:
         tmp = Path(tmp_name)
+        import_figures(tmp)
         startup_figures(tmp)
         if args.default_run:
             default_run_figures(tmp / "default")
