@@ -115,23 +115,29 @@ def _pi_overrides(model: str, data: str) -> list[str]:
 SIM_MARKS = [pytest.mark.filterwarnings(r"ignore:.*are \(nearly\) constant:UserWarning")]
 
 
+def _same_model_as_an_earlier(models: list[str], overrides=lambda model: []) -> dict[str, str]:
+    """Each of `models` whose model node (composed with `overrides(model)`) an earlier one's
+    already is -> that earlier one."""
+    from omegaconf import OmegaConf
+
+    first: dict[str, str] = {}
+    found = {}
+    for model in models:
+        node = OmegaConf.to_yaml(_compose(f"model={model}", "name=count", *overrides(model)).model)
+        if node in first:
+            found[model] = first[node]
+        else:
+            first[node] = model
+    return found
+
+
 @cache
 def twins() -> dict[str, str]:
     """Model configs that compose to exactly another's model node -> that other config.
 
     A twin (hpt_50m names the size hpt.yaml already is) would train exactly as its
     original does on every data config, so the matrix trains the original only."""
-    from omegaconf import OmegaConf
-
-    first: dict[str, str] = {}
-    found = {}
-    for model in _options("model"):
-        node = OmegaConf.to_yaml(_compose(f"model={model}", "name=count").model)
-        if node in first:
-            found[model] = first[node]
-        else:
-            first[node] = model
-    return found
+    return _same_model_as_an_earlier(_options("model"))
 
 
 def cut(model: str) -> list[str]:
@@ -142,17 +148,7 @@ def cut(model: str) -> list[str]:
 @cache
 def cut_twins() -> dict[str, str]:
     """Models over 10M whose CPU size composes to the model node of an earlier one's -> it."""
-    from omegaconf import OmegaConf
-
-    first: dict[str, str] = {}
-    found = {}
-    for model in _over_10m():
-        node = OmegaConf.to_yaml(_compose(f"model={model}", "name=count", *cut(model)).model)
-        if node in first:
-            found[model] = first[node]
-        else:
-            first[node] = model
-    return found
+    return _same_model_as_an_earlier(_over_10m(), cut)
 
 
 def _pairs() -> list:
