@@ -111,10 +111,12 @@ def train_and_evaluate(
     workers: int,
     overrides: list[str],
     runs: Path | None = None,
+    executor: str = "chunk",
 ) -> dict[str, Any]:
     """A training run named `cell` on `roots` (data config `data`, `overrides` after it),
     then `episodes` closed-loop episodes of `task` from seed EVAL_SEED on (per task, for a
-    suite): the evaluation's figures, the wall times and both command lines.
+    suite) through `executor` (polymimic-sim's --executor): the evaluation's figures, the
+    wall times and both command lines.
 
     The run's folder is `runs` (default `work/runs/<cell>`): a run another cell also
     evaluates is trained once."""
@@ -134,11 +136,12 @@ def train_and_evaluate(
             run_logged(train, work / f"{cell}.train.log")
         finally:  # an interrupted run's seconds count too
             train_s = timed_log(train_log, time.perf_counter() - started, steps=steps)
-    out = work / "eval" / cell
+    out = work / "eval" / (cell if executor == "chunk" else f"{cell}-{executor}")
     evaluate = [
         str(Path(sys.executable).with_name("polymimic-sim")), "evaluate", str(checkpoint),
         task, "--episodes", str(episodes), "--seed", str(EVAL_SEED),
         "--workers", str(workers), "--videos", "2", "--out", str(out),
+        *(["--executor", executor] if executor != "chunk" else []),
     ]  # fmt: skip
     eval_s = run_logged(evaluate, work / f"{cell}.eval.log")
     summary = json.loads((out / "summary.json").read_text())
@@ -148,6 +151,7 @@ def train_and_evaluate(
         "val_action_error": trained.get("val_action_error"),
         "baseline_action_error": trained.get("baseline_action_error"),
         "by_embodiment": embodiment_figures(trained.get("metrics", {})),
+        "executor": summary["executor"],
         "successes": summary["successes"],
         "episodes": summary["episodes"],
         "wilson95": summary["success_rate_wilson95"],

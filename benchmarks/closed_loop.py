@@ -4,6 +4,7 @@
                                      [--demos N] [--steps N] [--episodes N] [--workers 2]
                                      [--workdir DIR] [--results DIR | --no-results]
                                      [--train-args OVERRIDE ...] [--record-only]
+                                     [--executor chunk|temporal_ensemble|rtc]
 
 A headline is a task, the demonstrations recorded of it, a training budget and the held-out
 seeds it is evaluated on, with the figure the field reports for it beside ours:
@@ -40,6 +41,7 @@ from headline import RESULTS, add_results_arguments, save
 from hydra import compose, initialize_config_module
 
 from polymimic_data import resolve_episodes
+from polymimic_serve import EXECUTORS
 from polymimic_sim import expert_variant, record, suite_tasks
 from polymimic_train import recorded_cameras
 
@@ -55,6 +57,7 @@ class Headline:
     episodes: int  # of each task, for a suite
     anchor: str  # what the field reports on it
     overrides: tuple[str, ...] = ()
+    executor: str = "chunk"  # how its chunks are executed (polymimic-sim's --executor)
 
 
 HEADLINES = {
@@ -146,6 +149,9 @@ def main() -> None:
                         "its record_s counting this run's)")  # fmt: skip
     parser.add_argument("--expert", help="the scripted expert of every task (default: each "
                         "task's own; stock: as its source wrote it)")  # fmt: skip
+    parser.add_argument("--executor", choices=sorted(EXECUTORS),
+                        help="how the policy's chunks are executed in the evaluation "
+                        "(default: the headline's own); recorded in the result")  # fmt: skip
     more = "more overrides for the training run, e.g. model=hpt_12m"
     parser.add_argument("--train-args", nargs="*", default=[], help=more)
     add_results_arguments(parser, RESULTS / "closed_loop", "<headline>.json")
@@ -172,6 +178,7 @@ def main() -> None:
     result = train_and_evaluate(
         opts.headline, [demos_dir], spec.data, work, task=spec.task, steps=steps,
         episodes=episodes, workers=opts.workers, overrides=[*spec.overrides, *opts.train_args],
+        executor=opts.executor or spec.executor,
     )  # fmt: skip
     line = emit(
         "success_rate", result["successes"] / result["episodes"], "fraction",
