@@ -231,6 +231,12 @@ def _demos(r: dict[str, Any]) -> str:
     return f"{r['demos']} ({by})" if by else str(r["demos"])
 
 
+def _executor(r: dict[str, Any]) -> str:
+    """How the evaluation executed the policy's chunks (a result without `executor` predates
+    the key: polymimic-sim's default, chunk)."""
+    return r.get("executor", "chunk")
+
+
 def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
     """The headline figures (closed_loop.py), one row each, with the field's beside them."""
     if not results:
@@ -238,7 +244,7 @@ def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
             "No headline result recorded yet (`uv run nox -s bench-closed-loop -- --headline ...`)."
         )
     rows = _header(
-        f"headline | task | model | demos (experts not stock) | training steps | "
+        f"headline | task | model (executor) | demos (experts not stock) | training steps | "
         f"{OUTCOME_HEADER} | lowest task | the field's | record / train / eval | seeds | "
         "commit, machine | command"
     )
@@ -249,7 +255,8 @@ def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:
         lowest = min(per_task.items(), key=lambda kv: kv[1]) if per_task else None
         worst = f"{lowest[0]} {100 * lowest[1]:.0f}%" if lowest else "-"
         rows.append(
-            f"| {r['headline']} | {r['task']} | {r['model']} | {_demos(r)} | {r['steps']} | "
+            f"| {r['headline']} | {r['task']} | {r['model']} ({_executor(r)}) | {_demos(r)} | "
+            f"{r['steps']} | "
             f"{_outcome(r)} | {worst} | {r['anchor']} | {_minutes(r['record_s'])} / "
             f"{_minutes(r['train_s'])} / {_minutes(r['eval_s'])} | {_provenance(r)} |"
         )

@@ -145,7 +145,7 @@ def test_printed_lines_are_saved_with_the_fields_they_lack(
         headline.main()
 
 
-def test_a_headline_row_names_its_model_anchor_and_a_suites_lowest_task(
+def test_a_headline_row_names_its_model_executor_anchor_and_a_suites_lowest_task(
     headline: ModuleType, tmp_path: Path
 ) -> None:
     assert headline.closed_loop_table([]).startswith("No headline result recorded yet")
@@ -155,6 +155,7 @@ def test_a_headline_row_names_its_model_anchor_and_a_suites_lowest_task(
         headline="mt10", task="metaworld/mt10", anchor="SmolVLA 68% (MT50)",
         success_at_steps={}, mean_steps_to_success=None, expert_mean_steps_to_success=None,
         success_rate_per_task={"reach-v3": 0.95, "peg-insert-side-v3": 0.45},
+        executor="temporal_ensemble",
         experts={"metaworld/reach-v3": "fingertips_to_goal", "metaworld/push-v3": "stock",
                  "metaworld/pick-place-v3": "fingertips_to_goal"},
     )  # fmt: skip
@@ -163,12 +164,15 @@ def test_a_headline_row_names_its_model_anchor_and_a_suites_lowest_task(
     rows = headline.closed_loop_table(headline.load(tmp_path)).splitlines()
     assert len({row.count("|") for row in rows}) == 1  # every row as wide as the header
     mt10, cube_row = rows[2:]
-    # the tasks whose expert was not the stock one; a result without `experts` predates them
+    # the tasks whose expert was not the stock one; a result without `experts` predates them,
+    # one without `executor` the key (evaluated through chunk, polymimic-sim's default)
     assert mt10.startswith(
-        "| mt10 | metaworld/mt10 | hpt_small | 50 (pick-place: "
+        "| mt10 | metaworld/mt10 | hpt_small (temporal_ensemble) | 50 (pick-place: "
         "fingertips_to_goal; reach: fingertips_to_goal) | 7000 |"
     )
-    assert cube_row.startswith("| transfer_cube | aloha/transfer_cube | hpt_small | 50 | 7000 |")
+    assert cube_row.startswith(
+        "| transfer_cube | aloha/transfer_cube | hpt_small (chunk) | 50 | 7000 |"
+    )
     assert "| peg-insert-side-v3 45% | SmolVLA 68% (MT50) |" in mt10
     assert "| - | - (-) |" in mt10  # no step figures for a suite
     assert "| - | ACT ~90% | 2 min / 30 min / 5 min |" in cube_row
@@ -241,3 +245,43 @@ def test_each_tasks_share_of_the_demonstrations_frames_is_over_an_even_share(
         "a": {"episodes": 2, "mean_frames": 20.0, "share_over_even": 0.8},  # 40 of 100, 2 tasks
         "b": {"episodes": 1, "mean_frames": 60.0, "share_over_even": 1.2},
     }
+
+
+@pytest.mark.parametrize("executor", ["chunk", "temporal_ensemble"])
+def test_a_cell_is_evaluated_through_the_executor_it_names(
+    executor: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cells.train_and_evaluate (closed_loop.py --executor): polymimic-sim evaluate is told
+    the executor, its result says which one the evaluation ran, and a non-chunk one writes
+    beside the chunk evaluation rather than over it."""
+    train_and_evaluate = _closed_loop().train_and_evaluate
+    cells = train_and_evaluate.__globals__  # the benchmarks' cells module
+    commands: list[list[str]] = []
+
+    def evaluate(args: list[str], log: Path) -> float:  # polymimic-sim evaluate's summary
+        commands.append(args)
+        ran = args[args.index("--executor") + 1] if "--executor" in args else "chunk"
+        out = Path(args[args.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / "summary.json").write_text(json.dumps({
+            "executor": ran, "successes": 3, "episodes": 4,
+            "success_rate_wilson95": [0.3, 0.95],
+            "strict_success": {"successes": 2, "wilson95": [0.15, 0.85]},
+        }))  # fmt: skip
+        return 1.0
+
+    monkeypatch.setitem(cells, "finished_run", lambda run_dir, steps: True)  # trained before
+    monkeypatch.setitem(cells, "run_logged", evaluate)
+    runs = tmp_path / "runs" / "cell"
+    runs.mkdir(parents=True)
+    (runs / "summary.json").write_text("{}")
+    result = train_and_evaluate("cell", [tmp_path / "demos"], "sim_metaworld", tmp_path,
+                                task="metaworld/reach-v3", steps=10, episodes=4, workers=1,
+                                overrides=[], executor=executor)  # fmt: skip
+    (command,) = commands
+    assert result["executor"] == executor and result["eval_command"] == " ".join(command)
+    named = command[command.index("--executor") + 1] if "--executor" in command else None
+    assert named == (None if executor == "chunk" else executor)  # chunk: the CLI's default
+    out = command[command.index("--out") + 1]
+    suffix = "" if executor == "chunk" else f"-{executor}"
+    assert out == str(tmp_path / "eval" / f"cell{suffix}")
