@@ -229,7 +229,7 @@ def bench_h2r(session: nox.Session) -> None:
 def bench_closed_loop(session: nox.Session) -> None:
     """A headline closed-loop figure from scratch: record, train, 200 held-out episodes,
     saved under benchmarks/results/closed_loop/ (`-- --headline transfer_cube`, `insertion`
-    or `mt10`; not in CI: about an hour each on a 2-core CPU)."""
+    or `mt10`; not in CI: one to two and a quarter hours each on a 2-core CPU)."""
     sync(session, "--all-packages", "--all-extras")
     session.run("python", "benchmarks/closed_loop.py", *session.posargs)
 

@@ -143,11 +143,13 @@ def train_and_evaluate(
         "--workers", str(workers), "--videos", "2", "--out", str(out),
         *(["--executor", executor] if executor != "chunk" else []),
     ]  # fmt: skip
-    eval_s = run_logged(evaluate, work / f"{cell}.eval.log")
+    eval_s = run_logged(evaluate, work / f"{out.name}.eval.log")
     summary = json.loads((out / "summary.json").read_text())
     trained = json.loads((runs / "summary.json").read_text())
+    commit_file = runs / "git_commit.txt"  # the train app's: a run evaluated again keeps its own
     return {
         "model": _model_choice(runs),
+        "trained_commit": commit_file.read_text().strip() if commit_file.is_file() else None,
         "val_action_error": trained.get("val_action_error"),
         "baseline_action_error": trained.get("baseline_action_error"),
         "by_embodiment": embodiment_figures(trained.get("metrics", {})),

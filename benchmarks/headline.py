@@ -150,11 +150,11 @@ def _outcome(r: dict[str, Any]) -> str:
 
 
 def _provenance(r: dict[str, Any]) -> str:
-    """The seeds, the commit and machine, the command."""
-    return (
-        f"{r['seeds'][0]}-{r['seeds'][1]} | {r['commit'][:7]}, {r['machine']} | "
-        f"`{' '.join(r['argv'])}`"
-    )
+    """The seeds, the commit (and the training's, where a run trained before was evaluated
+    at another) and machine, the command."""
+    commit, trained = r["commit"][:7], (r.get("trained_commit") or r["commit"])[:7]
+    at = commit if trained == commit else f"{commit} (trained at {trained})"
+    return f"{r['seeds'][0]}-{r['seeds'][1]} | {at}, {r['machine']} | `{' '.join(r['argv'])}`"
 
 
 OUTCOME_HEADER = (

@@ -155,7 +155,7 @@ def test_a_headline_row_names_its_model_executor_anchor_and_a_suites_lowest_task
         headline="mt10", task="metaworld/mt10", anchor="SmolVLA 68% (MT50)",
         success_at_steps={}, mean_steps_to_success=None, expert_mean_steps_to_success=None,
         success_rate_per_task={"reach-v3": 0.95, "peg-insert-side-v3": 0.45},
-        executor="temporal_ensemble",
+        executor="temporal_ensemble", trained_commit="54cbd0f30425-dirty",
         experts={"metaworld/reach-v3": "fingertips_to_goal", "metaworld/push-v3": "stock",
                  "metaworld/pick-place-v3": "fingertips_to_goal"},
     )  # fmt: skip
@@ -176,6 +176,9 @@ def test_a_headline_row_names_its_model_executor_anchor_and_a_suites_lowest_task
     assert "| peg-insert-side-v3 45% | SmolVLA 68% (MT50) |" in mt10
     assert "| - | - (-) |" in mt10  # no step figures for a suite
     assert "| - | ACT ~90% | 2 min / 30 min / 5 min |" in cube_row
+    # a run trained before and evaluated at another commit names both; one trained in the same
+    # run (or a result older than the key), its one commit
+    assert "| c0ffee1 (trained at 54cbd0f), " in mt10 and "| c0ffee1, " in cube_row
 
     del suite["anchor"]
     headline.save(suite | common, tmp_path / "mt10.json", commit="c")
@@ -256,10 +259,10 @@ def test_a_cell_is_evaluated_through_the_executor_it_names(
     beside the chunk evaluation rather than over it."""
     train_and_evaluate = _closed_loop().train_and_evaluate
     cells = train_and_evaluate.__globals__  # the benchmarks' cells module
-    commands: list[list[str]] = []
+    commands: list[tuple[list[str], Path]] = []
 
     def evaluate(args: list[str], log: Path) -> float:  # polymimic-sim evaluate's summary
-        commands.append(args)
+        commands.append((args, log))
         ran = args[args.index("--executor") + 1] if "--executor" in args else "chunk"
         out = Path(args[args.index("--out") + 1])
         out.mkdir(parents=True)
@@ -275,13 +278,40 @@ def test_a_cell_is_evaluated_through_the_executor_it_names(
     runs = tmp_path / "runs" / "cell"
     runs.mkdir(parents=True)
     (runs / "summary.json").write_text("{}")
+    (runs / "git_commit.txt").write_text("54cbd0f\n")  # the train app's record of its commit
     result = train_and_evaluate("cell", [tmp_path / "demos"], "sim_metaworld", tmp_path,
                                 task="metaworld/reach-v3", steps=10, episodes=4, workers=1,
                                 overrides=[], executor=executor)  # fmt: skip
-    (command,) = commands
-    assert result["executor"] == executor and result["eval_command"] == " ".join(command)
+    ((command, log),) = commands
+    assert result["executor"] == executor and result["trained_commit"] == "54cbd0f"
     named = command[command.index("--executor") + 1] if "--executor" in command else None
     assert named == (None if executor == "chunk" else executor)  # chunk: the CLI's default
     out = command[command.index("--out") + 1]
     suffix = "" if executor == "chunk" else f"-{executor}"
     assert out == str(tmp_path / "eval" / f"cell{suffix}")
+    assert log == tmp_path / f"cell{suffix}.eval.log"  # its log beside, not over, chunk's
+
+
+@pytest.mark.parametrize(("given", "evaluated"), [([], "temporal_ensemble"), (["chunk"], "chunk")])
+def test_a_headline_is_evaluated_through_its_own_executor_unless_told_another(
+    given: list[str], evaluated: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """closed_loop.py's mt10 evaluates through the temporal ensemble (its Headline's), and
+    `--executor` overrides it; the recording and training are stood in for."""
+    closed_loop = _closed_loop()
+    report = SimpleNamespace(written=[], kept=[], success_rate=1.0)
+    monkeypatch.setattr(closed_loop, "record_resumed", lambda *args: (report, 1.0))
+    monkeypatch.setattr(closed_loop, "frames_by_task", lambda demos: {})
+    asked: dict = {}
+
+    def train_and_evaluate(*args, **kwargs):
+        asked.update(kwargs)
+        raise SystemExit("stood in")
+
+    monkeypatch.setattr(closed_loop, "train_and_evaluate", train_and_evaluate)
+    flags = ["--executor", *given] if given else []
+    argv = ["closed_loop.py", "--headline", "mt10", "--workdir", str(tmp_path), *flags]
+    monkeypatch.setattr(sys, "argv", [*argv, "--no-results"])
+    with pytest.raises(SystemExit, match="stood in"):
+        closed_loop.main()
+    assert asked["executor"] == evaluated
