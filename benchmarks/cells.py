@@ -136,6 +136,9 @@ def train_and_evaluate(
             run_logged(train, work / f"{cell}.train.log")
         finally:  # an interrupted run's seconds count too
             train_s = timed_log(train_log, time.perf_counter() - started, steps=steps)
+        if not finished_run(runs, steps):  # exit 0 is not proof (a SIGTERM'd app once gave it)
+            sys.exit(f"{runs}: the training run did not finish (see {work / f'{cell}.train.log'});"
+                     " the same command resumes it")  # fmt: skip
     out = work / "eval" / (cell if executor == "chunk" else f"{cell}-{executor}")
     evaluate = [
         str(Path(sys.executable).with_name("polymimic-sim")), "evaluate", str(checkpoint),

@@ -315,3 +315,22 @@ def test_a_headline_is_evaluated_through_its_own_executor_unless_told_another(
     with pytest.raises(SystemExit, match="stood in"):
         closed_loop.main()
     assert asked["executor"] == evaluated
+
+
+def test_a_cell_whose_training_exits_0_unfinished_is_not_evaluated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A training process that exits 0 without its run finished (as Lightning's SIGTERM once
+    made the app do) stops the cell before a half-trained checkpoint is evaluated."""
+    train_and_evaluate = _closed_loop().train_and_evaluate
+    cells = train_and_evaluate.__globals__
+    ran: list[list[str]] = []
+    monkeypatch.setitem(cells, "run_logged", lambda args, log: ran.append(args) or 1.0)
+    runs = tmp_path / "runs" / "cell"
+    runs.mkdir(parents=True)
+    (runs / "run.json").write_text(json.dumps({"state": "failed", "error": "stopped by SIGTERM"}))
+    with pytest.raises(SystemExit, match=r"runs/cell: the training run did not finish"):
+        train_and_evaluate("cell", [tmp_path / "demos"], "sim_metaworld", tmp_path,
+                           task="metaworld/reach-v3", steps=10, episodes=4, workers=1,
+                           overrides=[])  # fmt: skip
+    assert len(ran) == 1 and "polymimic_train" in ran[0]  # trained; never evaluated

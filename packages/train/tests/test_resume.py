@@ -1,5 +1,6 @@
-"""A run killed with SIGKILL, twice, and resumed ends exactly as an uninterrupted one,
-in its own run directory, with one metrics timeline."""
+"""A run killed with SIGKILL, then stopped with SIGTERM, and resumed ends exactly as an
+uninterrupted one, in its own run directory, with one metrics timeline; the SIGTERM is a
+failure to whoever waits on the process, never a success."""
 
 from __future__ import annotations
 
@@ -69,7 +70,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory, train_app, train_process) -> 
     second = train_process(tmp, *RUN, "name=killed", f"resume={run_dir}")
     _wait_for(run_dir / "checkpoints" / "step000018.ckpt", second)
     time.sleep(0.5)
-    _kill(second)  # later, mid-interval
+    second.send_signal(signal.SIGTERM)  # later, mid-interval: a scheduler's or a user's stop
+    second.wait(timeout=300)
+    log = max((tmp / "logs").iterdir(), key=lambda p: p.stat().st_mtime)  # its output
+    stopped = {"returncode": second.returncode, "output": log.read_text(),
+               "record": json.loads((run_dir / "run.json").read_text())}  # fmt: skip
     killed_at.append(sorted(p.name for p in (run_dir / "checkpoints").iterdir()))
 
     last = train_app(tmp, None, *RUN, "name=killed", "resume=latest")
@@ -79,7 +84,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory, train_app, train_process) -> 
         "whole": next((tmp / "runs" / "whole").iterdir()),
         "resumed": run_dir,
         "killed_at": killed_at,
+        "stopped": stopped,
     }
+
+
+def test_a_run_stopped_by_sigterm_exits_as_stopped_not_as_finished(runs) -> None:
+    """Lightning ends a SIGTERM'd fit with a SystemExit without a code (status 0): a caller
+    (a benchmark, a pipeline, a scheduler's epilogue) took the half-trained run as done."""
+    stopped = runs["stopped"]
+    assert stopped["returncode"] == 128 + signal.SIGTERM, stopped["output"][-3000:]
+    assert "error: stopped by SIGTERM" in stopped["output"] and "resume=latest" in stopped["output"]
+    assert stopped["record"]["state"] == "failed"
+    assert stopped["record"]["error"] == "stopped by SIGTERM"
 
 
 def test_resumed_weights_and_metrics_equal_the_uninterrupted_run(runs) -> None:

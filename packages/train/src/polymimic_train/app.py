@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -284,11 +285,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         run_dirs.write_record(run_dir, "requeued", requeues=requeues)
         raise
     except BaseException as exc:
-        run_dirs.write_record(run_dir, "failed", error=f"{type(exc).__name__}: {exc}")
+        error = "stopped by SIGTERM" if _sigterm(exc) else f"{type(exc).__name__}: {exc}"
+        run_dirs.write_record(run_dir, "failed", error=error)
         raise
     finally:
         lock.release()
     return summary
+
+
+def _sigterm(exc: BaseException) -> bool:
+    """Whether `exc` is Lightning's SIGTERMException.
+
+    It is a SystemExit without a code, which would end the process with status 0, as if the
+    run had finished.
+    """
+    exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    return exceptions is not None and isinstance(exc, exceptions.SIGTERMException)
 
 
 def _launched_rank_zero() -> bool:
@@ -298,12 +310,23 @@ def _launched_rank_zero() -> bool:
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> None:
-    """Hydra's entry: train per the composed config; a config error is one line, exit 2."""
+    """Hydra's entry: train per the composed config.
+
+    A config error is one line, exit 2; a run stopped by SIGTERM exits 143 (128 + SIGTERM,
+    a shell's status for it), not 0.
+    """
     try:
         run(cfg)
     except (ConfigError, run_dirs.RunDirError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except SystemExit as exc:
+        if not _sigterm(exc):
+            raise
+        resume = "resume=latest (or resume=<that folder>)"
+        print(f"error: stopped by SIGTERM; {cfg.paths.run_dir} goes on from its last "
+              f"checkpoint with {resume}", file=sys.stderr)  # fmt: skip
+        sys.exit(128 + signal.SIGTERM)
 
 
 def cli() -> None:
