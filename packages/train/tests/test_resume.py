@@ -71,8 +71,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory, train_app, train_process) -> 
     _wait_for(run_dir / "checkpoints" / "step000018.ckpt", second)
     time.sleep(0.5)
     second.send_signal(signal.SIGTERM)  # later, mid-interval: a scheduler's or a user's stop
-    second.wait(timeout=300)
-    log = max((tmp / "logs").iterdir(), key=lambda p: p.stat().st_mtime)  # its output
+    try:
+        second.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        _kill(second)
+        raise
+    log = tmp / "logs" / "train-1.log"  # the second process started (train_process names them)
     stopped = {"returncode": second.returncode, "output": log.read_text(),
                "record": json.loads((run_dir / "run.json").read_text())}  # fmt: skip
     killed_at.append(sorted(p.name for p in (run_dir / "checkpoints").iterdir()))

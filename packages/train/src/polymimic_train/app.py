@@ -296,11 +296,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 def _sigterm(exc: BaseException) -> bool:
     """Whether `exc` is Lightning's SIGTERMException.
 
-    It is a SystemExit without a code, which would end the process with status 0, as if the
-    run had finished.
+    Of `lightning` or the standalone `pytorch_lightning`, whichever a config's trainer comes
+    from. It is a SystemExit without a code, which would end the process with status 0, as if the
+    run had finished. Neither module is imported here: one not imported raised nothing.
     """
-    exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
-    return exceptions is not None and isinstance(exc, exceptions.SIGTERMException)
+    for name in ("lightning.pytorch", "pytorch_lightning"):
+        exceptions = sys.modules.get(f"{name}.utilities.exceptions")
+        if exceptions is not None and isinstance(exc, exceptions.SIGTERMException):
+            return True
+    return False
 
 
 def _launched_rank_zero() -> bool:
