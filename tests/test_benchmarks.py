@@ -141,3 +141,48 @@ def test_sim_benchmark_prints_its_ratios() -> None:
         assert figures[("render_default_over_cheap", None)]["value"] > 0
         assert figures[("rollout_over_bare_step_rate", 1)]["value"] > 0
         assert figures[("workers_over_one_step_rate", 2)]["value"] > 0
+
+
+def _summary(path: Path, successes: dict[str, list[bool]]) -> Path:
+    """A summary.json as `polymimic-sim evaluate` writes it: one task, or a suite of them."""
+    from polymimic_sim.episodes import Outcome, summarise
+    from polymimic_sim.rollouts import combine
+
+    parts = {
+        task: summarise(
+            task, "chunk", [Outcome(seed=1000 + i, success=s, steps=10, total_return=0.0)
+                            for i, s in enumerate(wins)],
+            1.0, limit=10, registered_steps=10,
+        ) | {"workers": 1, "videos": []}
+        for task, wins in successes.items()
+    }  # fmt: skip
+    path.write_text(json.dumps(combine("suite", parts) if len(parts) > 1 else parts.popitem()[1]))
+    return path
+
+
+def test_paired_benchmark_counts_gains_and_losses_seed_by_seed(tmp_path: Path) -> None:
+    before = {"a": [False] * 9 + [True], "b": [True, True, False, False]}
+    after = {"a": [True] * 9 + [False], "b": [True, False, True, False]}
+    figures = {
+        line["task"]: line
+        for line in _lines("paired.py", str(_summary(tmp_path / "before.json", before)),
+                           str(_summary(tmp_path / "after.json", after)))
+    }  # fmt: skip
+    assert (figures["a"]["gained"], figures["a"]["lost"], figures["a"]["agree"]) == (9, 1, 0)
+    assert figures["a"]["value"] == pytest.approx(0.02148, abs=1e-5)  # 2 * P(X <= 1), X~B(10, .5)
+    assert (figures["b"]["gained"], figures["b"]["lost"], figures["b"]["value"]) == (1, 1, 1.0)
+    assert (figures["all"]["gained"], figures["all"]["lost"], figures["all"]["agree"]) == (10, 2, 2)
+    assert figures["all"]["episodes"] == 14
+    # one task's summary (no suite) compares the same way
+    one = _lines("paired.py", str(_summary(tmp_path / "1.json", {"a": before["a"]})),
+                 str(_summary(tmp_path / "2.json", {"a": after["a"]})))  # fmt: skip
+    assert [(f["task"], f["gained"], f["lost"]) for f in one] == [("a", 9, 1), ("all", 9, 1)]
+
+
+def test_paired_benchmark_refuses_evaluations_of_other_seeds(tmp_path: Path) -> None:
+    before = _summary(tmp_path / "before.json", {"a": [True, False]})
+    after = _summary(tmp_path / "after.json", {"a": [True, False, True]})
+    command = [sys.executable, str(ROOT / "benchmarks" / "paired.py"), str(before), str(after)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert f"{after}: task a evaluated seeds [1000, 1001, 1002]" in result.stderr
