@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from polymimic_serve import DEFAULT_EXECUTOR
+
 EVAL_SEED = 1000  # held-out seeds start here; demonstrations are recorded from 0 on
 
 
@@ -111,7 +113,7 @@ def train_and_evaluate(
     workers: int,
     overrides: list[str],
     runs: Path | None = None,
-    executor: str = "chunk",
+    executor: str = DEFAULT_EXECUTOR,
 ) -> dict[str, Any]:
     """A training run named `cell` on `roots` (data config `data`, `overrides` after it),
     then `episodes` closed-loop episodes of `task` from seed EVAL_SEED on (per task, for a
@@ -139,12 +141,11 @@ def train_and_evaluate(
         if not finished_run(runs, steps):  # exit 0 is not proof (a SIGTERM'd app once gave it)
             sys.exit(f"{runs}: the training run did not finish (see {work / f'{cell}.train.log'});"
                      " the same command resumes it")  # fmt: skip
-    out = work / "eval" / (cell if executor == "chunk" else f"{cell}-{executor}")
+    out = work / "eval" / (cell if executor == DEFAULT_EXECUTOR else f"{cell}-{executor}")
     evaluate = [
         str(Path(sys.executable).with_name("polymimic-sim")), "evaluate", str(checkpoint),
         task, "--episodes", str(episodes), "--seed", str(EVAL_SEED),
-        "--workers", str(workers), "--videos", "2", "--out", str(out),
-        *(["--executor", executor] if executor != "chunk" else []),
+        "--workers", str(workers), "--videos", "2", "--out", str(out), "--executor", executor,
     ]  # fmt: skip
     eval_s = run_logged(evaluate, work / f"{out.name}.eval.log")
     summary = json.loads((out / "summary.json").read_text())

@@ -44,7 +44,7 @@ from headline import RESULTS, add_results_arguments, save
 from hydra import compose, initialize_config_module
 
 from polymimic_data import resolve_episodes
-from polymimic_serve import EXECUTORS
+from polymimic_serve import DEFAULT_EXECUTOR, EXECUTORS
 from polymimic_sim import expert_variant, record, suite_tasks
 from polymimic_train import recorded_cameras
 
@@ -60,7 +60,7 @@ class Headline:
     episodes: int  # of each task, for a suite
     anchor: str  # what the field reports on it
     overrides: tuple[str, ...] = ()
-    executor: str = "chunk"  # how its chunks are executed (polymimic-sim's --executor)
+    executor: str = DEFAULT_EXECUTOR  # how its chunks are executed (polymimic-sim's --executor)
 
 
 HEADLINES = {

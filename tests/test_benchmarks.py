@@ -145,8 +145,7 @@ def test_sim_benchmark_prints_its_ratios() -> None:
 
 def _summary(path: Path, successes: dict[str, list[bool]]) -> Path:
     """A summary.json as `polymimic-sim evaluate` writes it: one task, or a suite of them."""
-    from polymimic_sim.episodes import Outcome, summarise
-    from polymimic_sim.rollouts import combine
+    from polymimic_sim import Outcome, summarise, summarise_suite
 
     parts = {
         task: summarise(
@@ -156,7 +155,8 @@ def _summary(path: Path, successes: dict[str, list[bool]]) -> Path:
         ) | {"workers": 1, "videos": []}
         for task, wins in successes.items()
     }  # fmt: skip
-    path.write_text(json.dumps(combine("suite", parts) if len(parts) > 1 else parts.popitem()[1]))
+    summary = summarise_suite("suite", parts) if len(parts) > 1 else parts.popitem()[1]
+    path.write_text(json.dumps(summary))
     return path
 
 

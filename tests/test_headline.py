@@ -12,6 +12,8 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
+from polymimic_serve import DEFAULT_EXECUTOR
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -263,7 +265,7 @@ def test_a_cell_is_evaluated_through_the_executor_it_names(
 
     def evaluate(args: list[str], log: Path) -> float:  # polymimic-sim evaluate's summary
         commands.append((args, log))
-        ran = args[args.index("--executor") + 1] if "--executor" in args else "chunk"
+        ran = args[args.index("--executor") + 1]
         out = Path(args[args.index("--out") + 1])
         out.mkdir(parents=True)
         (out / "summary.json").write_text(json.dumps({
@@ -284,10 +286,9 @@ def test_a_cell_is_evaluated_through_the_executor_it_names(
                                 overrides=[], executor=executor)  # fmt: skip
     ((command, log),) = commands
     assert result["executor"] == executor and result["trained_commit"] == "54cbd0f"
-    named = command[command.index("--executor") + 1] if "--executor" in command else None
-    assert named == (None if executor == "chunk" else executor)  # chunk: the CLI's default
+    assert command[command.index("--executor") + 1] == executor  # named, even the default
     out = command[command.index("--out") + 1]
-    suffix = "" if executor == "chunk" else f"-{executor}"
+    suffix = "" if executor == DEFAULT_EXECUTOR else f"-{executor}"
     assert out == str(tmp_path / "eval" / f"cell{suffix}")
     assert log == tmp_path / f"cell{suffix}.eval.log"  # its log beside, not over, chunk's
 

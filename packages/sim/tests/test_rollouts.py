@@ -132,7 +132,7 @@ def test_a_simulator_that_gives_up_is_a_failure_not_a_crash() -> None:
 
 def test_a_suite_is_its_tasks_in_order_and_its_summary_pools_them() -> None:
     from polymimic_sim.episodes import Outcome, summarise
-    from polymimic_sim.rollouts import combine
+    from polymimic_sim.rollouts import summarise_suite
     from polymimic_sim.tasks import suite_tasks
 
     names = suite_tasks("metaworld/mt10")
@@ -156,7 +156,7 @@ def test_a_suite_is_its_tasks_in_order_and_its_summary_pools_them() -> None:
     }
     for part in parts.values():
         part |= {"workers": 2, "videos": []}
-    suite = combine("metaworld/mt10", parts)
+    suite = summarise_suite("metaworld/mt10", parts)
     assert (suite["episodes"], suite["successes"], suite["success_rate"]) == (4, 3, 0.75)
     assert suite["success_rate_per_task"] == {"metaworld/reach-v3": 1.0, "metaworld/push-v3": 0.5}
     assert suite["success_rate_wilson95"] == list(wilson_interval(3, 4))

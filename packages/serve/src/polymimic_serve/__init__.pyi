@@ -5,6 +5,7 @@ from .checkpoints import checkpoint_record as checkpoint_record
 from .checkpoints import read_checkpoint as read_checkpoint
 from .checkpoints import write_export as write_export
 from .client import PolicyClient as PolicyClient
+from .executors import DEFAULT_EXECUTOR as DEFAULT_EXECUTOR
 from .executors import EXECUTORS as EXECUTORS
 from .executors import ChunkBroker as ChunkBroker
 from .executors import ChunkExecutor as ChunkExecutor

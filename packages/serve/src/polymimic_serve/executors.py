@@ -284,6 +284,7 @@ class TemporalEnsemble(ChunkExecutor):
 EXECUTORS: dict[str, type[ChunkExecutor]] = {
     cls.name: cls for cls in (ChunkBroker, TemporalEnsemble, RealTimeChunking)
 }
+DEFAULT_EXECUTOR = ChunkBroker.name  # the one an evaluation runs unless told another
 
 
 def make_executor(name: str, policy: ChunkPolicy, **options: Any) -> ChunkExecutor:

@@ -4,7 +4,8 @@
 task (`metaworld/<task>`); `evaluate_policy(trained, task, RolloutSettings(...))` runs
 closed-loop episodes of a loaded policy through a chunk executor (`evaluate_checkpoint` of a
 file, `evaluate` of any client in one simulator) and gives the success rate with its 95%
-Wilson interval. Names load on first use.
+Wilson interval; `summarise` and `summarise_suite` make the summary it writes from
+`Outcome`s. Names load on first use.
 """
 
 from importlib.metadata import PackageNotFoundError

@@ -2,6 +2,7 @@
 # this table at import; type checkers read it as the package's interface).
 from .camera_frames import project_view as project_view
 from .episodes import Outcome as Outcome
+from .episodes import summarise as summarise
 from .episodes import wilson_interval as wilson_interval
 from .metaworld_tasks import distances_to_goal as distances_to_goal
 from .parallel import evaluate_parallel as evaluate_parallel
@@ -15,6 +16,7 @@ from .rollouts import evaluate as evaluate
 from .rollouts import evaluate_checkpoint as evaluate_checkpoint
 from .rollouts import evaluate_policy as evaluate_policy
 from .rollouts import rollout as rollout
+from .rollouts import summarise_suite as summarise_suite
 from .settings import RolloutSettings as RolloutSettings
 from .task_types import STOCK_EXPERT as STOCK_EXPERT
 from .task_types import MissingExtraError as MissingExtraError

@@ -212,7 +212,7 @@ def evaluate_policy(
         parts[name] = _evaluate_task(
             trained, name, settings, video_dir=videos, tasks=tasks, recorder=recorder
         )
-    summary = parts[task_name] if names == [task_name] else combine(task_name, parts)
+    summary = parts[task_name] if names == [task_name] else summarise_suite(task_name, parts)
     return summary | {
         "weights_step": trained.step,
         "via_server": settings.via_server,
@@ -308,7 +308,7 @@ def _evaluate_task(
             task.close()
 
 
-def combine(suite: str, parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def summarise_suite(suite: str, parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """One summary of a suite's tasks: pooled counts, the mean rate over tasks, and each task's."""
     episodes = sum(p["episodes"] for p in parts.values())
     successes = sum(p["successes"] for p in parts.values())

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from polymimic_serve import DEFAULT_EXECUTOR
+
 # The executors' own options (polymimic_serve.make_executor), given flat beside the rest.
 EXECUTOR_OPTIONS: dict[str, type] = {"n_action_steps": int, "delay": int, "coefficient": float}
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
@@ -38,7 +40,7 @@ class RolloutSettings:
 
     episodes: int = 50
     seed: int = 1000
-    executor: str = "chunk"
+    executor: str = DEFAULT_EXECUTOR
     executor_options: Mapping[str, Any] = field(default_factory=dict)
     max_steps: int | None = None
     workers: int = 2
