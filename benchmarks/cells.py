@@ -133,13 +133,13 @@ def train_and_evaluate(
     if finished_run(runs, steps):  # trained before: its seconds as logged then (0 if never)
         train_s = logged_seconds(train_log)
     else:
-        started = time.perf_counter()
+        started, log = time.perf_counter(), work / f"{cell}.train.log"
         try:
-            run_logged(train, work / f"{cell}.train.log")
+            run_logged(train, log)
         finally:  # an interrupted run's seconds count too
             train_s = timed_log(train_log, time.perf_counter() - started, steps=steps)
         if not finished_run(runs, steps):  # exit 0 is not proof (a SIGTERM'd app once gave it)
-            sys.exit(f"{runs}: the training run did not finish (see {work / f'{cell}.train.log'});"
+            sys.exit(f"{runs}: the training run did not finish (see {log});"
                      " the same command resumes it")  # fmt: skip
     out = work / "eval" / (cell if executor == DEFAULT_EXECUTOR else f"{cell}-{executor}")
     evaluate = [

@@ -71,14 +71,14 @@ HEADLINES = {
     "insertion": Headline(
         "aloha/insertion", "sim_aloha_transfer_cube", 50, 7000, 200, "ACT ~50% (Zhao et al. 2023)",
         # the top camera narrowed from 78 to 45 degrees: the peg and socket twice as large,
-        # every object in view (sim README: 62/200 against 48/200 through `top`)
+        # every object in view (sim README, "Insertion through a narrowed view")
         ("data.sim_task=aloha/insertion", "data.datasets.aloha.cameras=[top_fov45]"),
     ),
     "mt10": Headline(
         "metaworld/mt10", "sim_metaworld_mt10", 50, 10000, 20,
         "MT50: SmolVLA 68%, pi0 ~50%, Diffusion Policy ~10%",
-        # ACT's temporal ensemble: 176/200 against chunk's 165/200 on one checkpoint (sim
-        # README); on insertion it was worse (6/60 against 14/60), so each headline names its own
+        # ACT's temporal ensemble: better than chunk here, worse on insertion (sim README,
+        # "ACT's temporal ensemble on MT10"), so each headline names its own
         executor="temporal_ensemble",
     ),
 }  # fmt: skip

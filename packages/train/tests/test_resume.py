@@ -5,6 +5,7 @@ failure to whoever waits on the process, never a success."""
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import signal
 import subprocess
@@ -100,6 +101,17 @@ def test_a_run_stopped_by_sigterm_exits_as_stopped_not_as_finished(runs) -> None
     assert "error: stopped by SIGTERM" in stopped["output"] and "resume=latest" in stopped["output"]
     assert stopped["record"]["state"] == "failed"
     assert stopped["record"]["error"] == "stopped by SIGTERM"
+
+
+@pytest.mark.parametrize("package", ["lightning.pytorch", "pytorch_lightning"])
+def test_either_lightnings_sigterm_exception_counts_as_a_stop(package: str) -> None:
+    """A config's trainer may come from the standalone pytorch_lightning (lightning installs
+    it); its SIGTERMException is another class, and a stop through it must not exit 0."""
+    from polymimic_train.app import _sigterm
+
+    exceptions = importlib.import_module(f"{package}.utilities.exceptions")
+    assert _sigterm(exceptions.SIGTERMException())
+    assert not _sigterm(SystemExit()) and not _sigterm(KeyboardInterrupt())
 
 
 def test_resumed_weights_and_metrics_equal_the_uninterrupted_run(runs) -> None:
