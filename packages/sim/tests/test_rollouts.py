@@ -34,6 +34,14 @@ def test_the_wilson_interval_matches_its_formula(successes, trials, expected) ->
         wilson_interval(0, 0)
 
 
+def test_an_unknown_executor_is_refused_when_the_settings_are_made() -> None:
+    with pytest.raises(ValueError, match=r"executor: 'ensemble' is not one of \['chunk', "):
+        RolloutSettings(executor="ensemble")
+    with pytest.raises(SystemExit) as refused:  # argparse's choices: before the checkpoint is read
+        main(["evaluate", "no-such.ckpt", TASK, "--executor", "ensemble"])
+    assert refused.value.code == 2
+
+
 @pytest.mark.parametrize("executor", ["chunk", "temporal_ensemble", "rtc"])
 def test_every_executor_runs_inside_rollouts(untrained_sawyer: Path, executor: str) -> None:
     policy = LocalPolicy(load_policy(untrained_sawyer))

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from polymimic_serve import DEFAULT_EXECUTOR, EXECUTORS
 from polymimic_sim import __version__
 from polymimic_sim.settings import RolloutSettings
 from polymimic_sim.task_types import MissingExtraError, UnknownTaskError
@@ -44,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.set_defaults(**dataclasses.asdict(RolloutSettings()))  # one default, the settings'
     ev.add_argument("--episodes", type=int)
     ev.add_argument("--seed", type=int, help="the first seed (keep the demonstrations' apart)")
-    ev.add_argument("--executor", help="chunk, temporal_ensemble or rtc")
+    ev.add_argument("--executor", choices=sorted(EXECUTORS), help=f"default {DEFAULT_EXECUTOR}")
     ev.add_argument("--n-action-steps", type=int, help="steps run per chunk (chunk, rtc)")
     ev.add_argument("--delay", type=int, help="simulated inference delay, ticks")
     ev.add_argument("--workers", type=int, help="simulator processes (batched policy)")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from polymimic_serve import DEFAULT_EXECUTOR
+from polymimic_serve import DEFAULT_EXECUTOR, EXECUTORS
 
 # The executors' own options (polymimic_serve.make_executor), given flat beside the rest.
 EXECUTOR_OPTIONS: dict[str, type] = {"n_action_steps": int, "delay": int, "coefficient": float}
@@ -64,6 +64,8 @@ class RolloutSettings:
             or self.max_steps < 1
         ):  # fmt: skip
             raise ValueError(f"max_steps: a positive integer or None, got {self.max_steps!r}")
+        if self.executor not in EXECUTORS:  # before a checkpoint is loaded or a worker starts
+            raise ValueError(f"executor: {self.executor!r} is not one of {sorted(EXECUTORS)}")
         unknown = sorted(set(self.executor_options) - set(EXECUTOR_OPTIONS))
         if unknown:
             raise ValueError(
