@@ -232,11 +232,9 @@ def _demos(r: dict[str, Any]) -> str:
 
 
 def _executor(r: dict[str, Any]) -> str:
-    """How the evaluation executed the policy's chunks (a result without `executor` predates
-    the key: polymimic-sim's default)."""
-    from polymimic_serve import DEFAULT_EXECUTOR  # here: bench-data imports this file without it
-
-    return r.get("executor", DEFAULT_EXECUTOR)
+    """How the evaluation executed the policy's chunks. A result without `executor` predates
+    the key, when every evaluation ran through `chunk` (not whatever the default is now)."""
+    return r.get("executor", "chunk")
 
 
 def closed_loop_table(results: list[tuple[Path, dict[str, Any]]]) -> str:

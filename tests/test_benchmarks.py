@@ -149,7 +149,8 @@ def _summary(path: Path, successes: dict[str, list[bool]]) -> Path:
 
     parts = {
         task: summarise(
-            task, "chunk", [Outcome(seed=1000 + i, success=s, steps=10, total_return=0.0)
+            task, "temporal_ensemble",
+            [Outcome(seed=1000 + i, success=s, steps=10, total_return=0.0)
                             for i, s in enumerate(wins)],
             1.0, limit=10, registered_steps=10,
         ) | {"workers": 1, "videos": []}
@@ -161,8 +162,8 @@ def _summary(path: Path, successes: dict[str, list[bool]]) -> Path:
 
 
 def test_paired_benchmark_counts_gains_and_losses_seed_by_seed(tmp_path: Path) -> None:
-    before = {"a": [False] * 9 + [True], "b": [True, True, False, False]}
-    after = {"a": [True] * 9 + [False], "b": [True, False, True, False]}
+    before = {"a": [False] * 9 + [True], "b": [True, True, False, False], "c": [True, False]}
+    after = {"a": [True] * 9 + [False], "b": [True, False, True, False], "c": [True, False]}
     figures = {
         line["task"]: line
         for line in _lines("paired.py", str(_summary(tmp_path / "before.json", before)),
@@ -171,8 +172,13 @@ def test_paired_benchmark_counts_gains_and_losses_seed_by_seed(tmp_path: Path) -
     assert (figures["a"]["gained"], figures["a"]["lost"], figures["a"]["agree"]) == (9, 1, 0)
     assert figures["a"]["value"] == pytest.approx(0.02148, abs=1e-5)  # 2 * P(X <= 1), X~B(10, .5)
     assert (figures["b"]["gained"], figures["b"]["lost"], figures["b"]["value"]) == (1, 1, 1.0)
-    assert (figures["all"]["gained"], figures["all"]["lost"], figures["all"]["agree"]) == (10, 2, 2)
-    assert figures["all"]["episodes"] == 14
+    assert (figures["c"]["gained"], figures["c"]["lost"], figures["c"]["p"]) == (0, 0, 1.0)
+    assert (figures["all"]["gained"], figures["all"]["lost"], figures["all"]["agree"]) == (10, 2, 4)
+    assert figures["all"]["episodes"] == 16
+    # a p too small for the rounded value keeps three significant figures
+    many = _lines("paired.py", str(_summary(tmp_path / "3.json", {"a": [False] * 30})),
+                  str(_summary(tmp_path / "4.json", {"a": [True] * 30})))  # fmt: skip
+    assert many[-1]["value"] == 0.0 and many[-1]["p"] == pytest.approx(2 * 0.5**30, rel=1e-2)
     # one task's summary (no suite) compares the same way
     one = _lines("paired.py", str(_summary(tmp_path / "1.json", {"a": before["a"]})),
                  str(_summary(tmp_path / "2.json", {"a": after["a"]})))  # fmt: skip
@@ -186,3 +192,7 @@ def test_paired_benchmark_refuses_evaluations_of_other_seeds(tmp_path: Path) -> 
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert f"{after}: task a evaluated seeds [1000, 1001, 1002]" in result.stderr
+    (tmp_path / "list.json").write_text("[]")
+    command[-1] = str(tmp_path / "list.json")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert f"{tmp_path / 'list.json'}: not an evaluation's summary.json" in result.stderr
