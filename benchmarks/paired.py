@@ -47,7 +47,7 @@ def outcomes(path: Path) -> dict[str, dict[int, bool]]:
 
 def mcnemar_p(gained: int, lost: int) -> float:
     """The two-sided exact McNemar p of `gained` against `lost` (1 where none differ)."""
-    return binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
+    return float(binomtest(gained, gained + lost).pvalue) if gained + lost else 1.0
 
 
 def emit_pairs(task: str, episodes: int, gained: int, lost: int) -> None:
