@@ -6,7 +6,7 @@
 MetaWorld's reach and pick-place policies steer the hand to the goal, while success is
 judged at the fingertips' middle (reach, within 5 cm) or at the puck they hold (pick-place,
 within 7 cm), 4.5 cm below the hand. polymimic's expert for those tasks is given the goal
-raised by that much (polymimic_sim.metaworld_tasks.FINGERTIP_GOAL_TASKS). Each expert runs
+raised by that much (polymimic_sim.tasks.metaworld_tasks.FINGERTIP_GOAL_TASKS). Each expert runs
 on held-out seeds until its success and `LINGER` ticks on, where a recording stops, then on
 to each tick of `--after` (ticks after its success; `LINGER` alone by default): one JSON line
 per task, expert and tick gives the distance from the goal of what success judges there

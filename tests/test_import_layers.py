@@ -7,6 +7,9 @@ and polymimic-train's) is imported by no module of its library outside it, stati
 through `importlib.import_module` with a constant name (`imports_of_testing`). How everyone
 else may import it is the rule for every package, in test_public_names.py. Each rule is
 shown to fail on a planted violation.
+
+The top level of every package that meets DESIGN.md's cap (at most ten entries) stays within
+it (`SMALL_TOP_LEVELS`).
 """
 
 from __future__ import annotations
@@ -194,8 +197,18 @@ def test_testing_may_import_itself_and_others_may_import_look_alikes() -> None:
 NOT_ENTRIES = {"__pycache__", "py.typed", "__init__.pyi"}
 
 
-def test_top_level_of_data_stays_small() -> None:
-    entries = [p.name for p in DATA.iterdir() if p.name not in NOT_ENTRIES]
+# DESIGN.md: each package's top level has at most ten entries, folders naming concerns. The
+# packages that meet it are held to it here. policies, serve and train do not yet (more than
+# ten each): each joins this list once it is split into folders.
+SMALL_TOP_LEVELS = [
+    ROOT / "packages" / name / "src" / f"polymimic_{name}"
+    for name in ("data", "eval", "sim", "strategies")
+]
+
+
+@pytest.mark.parametrize("package_dir", SMALL_TOP_LEVELS, ids=lambda p: p.name)
+def test_top_level_stays_small(package_dir: Path) -> None:
+    entries = [p.name for p in package_dir.iterdir() if p.name not in NOT_ENTRIES]
     assert len(entries) <= 10, sorted(entries)
 
 

@@ -140,5 +140,8 @@ def test_public_imports_and_own_internals_pass() -> None:
         "import numpy.linalg\n"
     )
     assert private_uses([("ok.py", source, None)]) == []
-    own = "from polymimic_sim.rollouts import evaluate\nimport polymimic_sim.parallel\n"
+    own = (
+        "from polymimic_sim.rollouts.closed_loop import evaluate\n"
+        "import polymimic_sim.rollouts.parallel\n"
+    )
     assert private_uses([("sim.py", own, "polymimic_sim")]) == []

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from polymimic_data import EpisodeReader, resolve_episodes
-from polymimic_sim import RolloutSettings, aloha_tasks, evaluate, make_task, record
+from polymimic_sim import RolloutSettings, evaluate, make_task, record
 from polymimic_sim.recording import LINGER
+from polymimic_sim.tasks import aloha_tasks
 
 SIZE = (48, 64)
 
@@ -148,7 +149,7 @@ def test_a_missing_aloha_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None
 def _expert_episode(task_name: str, seed: int, alter=None) -> dict:
     """The scripted expert's episode as a rollout counts it; `alter(action, tally)` changes
     each action first (from the standard success on, say)."""
-    from polymimic_sim.episodes import EpisodeTally
+    from polymimic_sim.rollouts.episodes import EpisodeTally
 
     task = make_task(task_name, image_size=SIZE)
     try:

@@ -97,7 +97,7 @@ def test_aloha_ego_sees_from_the_persons_viewpoint_and_gives_poses_in_its_frame(
 ) -> None:
     """eva's view: aloha_ego carries `front_1` on its head, at the hands' egocentric
     viewpoint (fixed, the arms drawn), its poses in that camera's frame."""
-    from polymimic_sim.camera_frames import place_camera, world_to_camera
+    from polymimic_sim.tasks.camera_frames import place_camera, world_to_camera
 
     report = record("aloha_ego/transfer_cube", tmp_path, episodes=1, image_size=SIZE,
                     progress=False)  # fmt: skip
@@ -235,7 +235,7 @@ def test_the_hands_episode_holds_what_human_data_holds(recorded) -> None:
 
 
 def test_the_hands_camera_is_not_the_robots_and_the_arms_are_not_drawn() -> None:
-    from polymimic_sim.camera_frames import project
+    from polymimic_sim.tasks.camera_frames import project
 
     robot = make_task("aloha_ee/transfer_cube", image_size=SIZE)
     hands = make_task("hands/transfer_cube", image_size=SIZE)
@@ -245,7 +245,7 @@ def test_the_hands_camera_is_not_the_robots_and_the_arms_are_not_drawn() -> None
         hands.reset(0)
         # the same state drawn both ways, from the hands' camera
         pose = hands.head  # type: ignore[attr-defined]
-        from polymimic_sim.camera_frames import place_camera
+        from polymimic_sim.tasks.camera_frames import place_camera
 
         model, data = robot.env.physics.model.ptr, robot.env.physics.data.ptr  # type: ignore[attr-defined]
         camera = model.camera("angle").id
@@ -287,7 +287,7 @@ def test_a_persons_timing_differs_per_episode() -> None:
 
 
 def test_a_hand_out_of_view_is_not_detected() -> None:
-    from polymimic_sim.hands_tasks import NOT_DETECTED
+    from polymimic_sim.tasks.hands_tasks import NOT_DETECTED
 
     task = make_task("hands/transfer_cube", image_size=SIZE)
     try:
@@ -305,7 +305,7 @@ def test_a_hand_out_of_view_is_not_detected() -> None:
 def test_the_robot_in_the_hands_layout_is_read_as_hands_episodes_are(recorded) -> None:
     """aloha_as_hands' vector of world poses is the loader's state of a hands episode (and its
     action the next frame's): a policy trained on hands sees the robot in its own form."""
-    from polymimic_sim.aloha_as_hands import hands_vector
+    from polymimic_sim.tasks.aloha_as_hands import hands_vector
 
     (episode,) = resolve_episodes(recorded["hands"])
     reader = EpisodeReader(episode.path)
@@ -325,7 +325,7 @@ def test_the_robot_in_the_hands_layout_is_read_as_hands_episodes_are(recorded) -
 def test_the_robot_expert_succeeds_through_the_hands_layout() -> None:
     """The robot's scripted expert, turned into the hands' actions (the opening as fingertips)
     and back, does the task: the mapping loses nothing a policy would need."""
-    from polymimic_sim.aloha_as_hands import GRASP, HAND_WIDTH
+    from polymimic_sim.tasks.aloha_as_hands import GRASP, HAND_WIDTH
 
     task = make_task("aloha_as_hands/transfer_cube", image_size=SIZE)
     try:
@@ -364,7 +364,7 @@ def test_a_persons_recorded_motions_replayed_through_the_hands_layout_grip_the_c
     """The hands episode's own observed wrists and fingertips (noise and all), replayed as the
     robot's actions frame by frame: the gripper goes where the hand went (through its weld's
     offset) and a hand shown holding the cube closes the gripper on it, lifting it."""
-    from polymimic_sim.aloha_as_hands import hands_vector
+    from polymimic_sim.tasks.aloha_as_hands import hands_vector
 
     (episode,) = resolve_episodes(recorded["hands"])
     reader = EpisodeReader(episode.path)

@@ -10,10 +10,10 @@ import pytest
 
 from polymimic_serve import load_policy
 from polymimic_sim import RolloutSettings, UnknownTaskError
-from polymimic_sim.episodes import FAILURE_COLOUR
-from polymimic_sim.parallel import evaluate_parallel
-from polymimic_sim.rollouts import evaluate_checkpoint
-from polymimic_sim.task_workers import TaskWorkers
+from polymimic_sim.rollouts.closed_loop import evaluate_checkpoint
+from polymimic_sim.rollouts.episodes import FAILURE_COLOUR
+from polymimic_sim.rollouts.parallel import evaluate_parallel
+from polymimic_sim.rollouts.task_workers import TaskWorkers
 
 TASK, SIZE = "metaworld/reach-v3", (48, 64)
 OPTIONS = {"n_action_steps": 4}

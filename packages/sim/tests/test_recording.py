@@ -22,7 +22,7 @@ from polymimic_sim import (
     run_expert,
 )
 from polymimic_sim.recording import LINGER
-from polymimic_sim.tasks import FAMILIES, default_cameras
+from polymimic_sim.tasks.registry import FAMILIES, default_cameras
 
 TASK, SIZE = "metaworld/reach-v3", (48, 64)
 
@@ -159,7 +159,7 @@ def test_a_missing_extra_names_it(monkeypatch) -> None:
 def test_rendering_keeps_the_users_backend_and_names_the_packages_when_none_works(
     monkeypatch,
 ) -> None:
-    from polymimic_sim import rendering
+    from polymimic_sim.tasks import rendering
 
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
     assert rendering.ensure_headless_rendering() == "osmesa"

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from polymimic_sim import make_task, project_view
-from polymimic_sim.metaworld_tasks import MetaWorldTask
-from polymimic_sim.rendering import (
+from polymimic_sim.tasks.metaworld_tasks import MetaWorldTask
+from polymimic_sim.tasks.rendering import (
     View,
     base_camera,
     camera_view,

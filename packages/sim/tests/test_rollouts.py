@@ -14,7 +14,7 @@ import pytest
 from polymimic_serve import LocalPolicy, load_policy
 from polymimic_sim import RolloutSettings, evaluate, make_task, rollout, wilson_interval
 from polymimic_sim.cli import main
-from polymimic_sim.task_types import Step
+from polymimic_sim.tasks.task_types import Step
 
 TASK, SIZE = "metaworld/reach-v3", (48, 64)
 
@@ -68,7 +68,7 @@ def test_every_executor_runs_inside_rollouts(untrained_sawyer: Path, executor: s
 def test_the_experts_steps_are_its_own_and_the_summary_names_it() -> None:
     """The expert a summary sets beside the policy is the task's (by name: its default),
     measured and kept apart per expert: reach's corrected one is not MetaWorld's stock one."""
-    from polymimic_sim.episodes import Outcome, expert_steps_to_success, summarise
+    from polymimic_sim.rollouts.episodes import Outcome, expert_steps_to_success, summarise
 
     stock = make_task(TASK, image_size=SIZE, expert="stock")
     try:
@@ -139,9 +139,9 @@ def test_a_simulator_that_gives_up_is_a_failure_not_a_crash() -> None:
 
 
 def test_a_suite_is_its_tasks_in_order_and_its_summary_pools_them() -> None:
-    from polymimic_sim.episodes import Outcome, summarise
-    from polymimic_sim.rollouts import summarise_suite
-    from polymimic_sim.tasks import suite_tasks
+    from polymimic_sim.rollouts.closed_loop import summarise_suite
+    from polymimic_sim.rollouts.episodes import Outcome, summarise
+    from polymimic_sim.tasks.registry import suite_tasks
 
     names = suite_tasks("metaworld/mt10")
     assert len(names) == 10 and names[:3] == [
@@ -180,8 +180,8 @@ def test_a_summary_counts_strict_successes_and_successes_within_the_registered_l
     """Episodes run to 400 ticks: one strict success at 280 (standard at 256), one standard
     success at 320 whose strict one never came (the right gripper kept the cube), one
     failure. gym-aloha's 300-tick limit counts only the first; the expert took 290."""
-    from polymimic_sim.episodes import Outcome, summarise
-    from polymimic_sim.rollouts import describe
+    from polymimic_sim.rollouts.closed_loop import describe
+    from polymimic_sim.rollouts.episodes import Outcome, summarise
 
     outcomes = [
         Outcome(7, True, 280, 9.0, success_step=256, strict_success=True, strict_success_step=280),
@@ -246,7 +246,7 @@ def test_rollouts_in_real_time_measure_the_delay_a_slower_model_makes(
 
 
 def test_the_jerk_at_chunk_boundaries_is_the_third_difference_across_them() -> None:
-    from polymimic_sim.episodes import boundary_jerk
+    from polymimic_sim.rollouts.episodes import boundary_jerk
 
     smooth = np.arange(20, dtype=float)[:, None] ** 2  # constant second difference: no jerk
     assert boundary_jerk(smooth, [10]) == 0.0
@@ -278,8 +278,8 @@ def test_a_summary_says_how_many_episodes_stopped_at_each_stage() -> None:
     that ended before its first reward stopped at 0; MetaWorld's shaped rewards (10.0 at
     success) have no stages, even when every episode succeeded."""
     from polymimic_serve import make_executor
-    from polymimic_sim.episodes import Outcome, summarise
-    from polymimic_sim.rollouts import describe
+    from polymimic_sim.rollouts.closed_loop import describe
+    from polymimic_sim.rollouts.episodes import Outcome, summarise
 
     outcomes = [rollout(Staged(), make_executor("chunk", Zeros()), seed=s)[0]  # type: ignore[arg-type]
                 for s in (2, 3, 2, 0)]  # fmt: skip

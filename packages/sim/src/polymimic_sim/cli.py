@@ -11,7 +11,7 @@ from pathlib import Path
 from polymimic_serve import DEFAULT_EXECUTOR, EXECUTORS
 from polymimic_sim import __version__
 from polymimic_sim.settings import RolloutSettings
-from polymimic_sim.task_types import MissingExtraError, UnknownTaskError
+from polymimic_sim.tasks.task_types import MissingExtraError, UnknownTaskError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _record(args: argparse.Namespace) -> int:
     from polymimic_sim.recording import record
-    from polymimic_sim.tasks import parse_image_size
+    from polymimic_sim.tasks.registry import parse_image_size
 
     cameras = args.cameras.split(",") if args.cameras else None
     report = record(
@@ -104,7 +104,7 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from polymimic_sim.rollouts import describe, evaluate_checkpoint
+    from polymimic_sim.rollouts.closed_loop import describe, evaluate_checkpoint
     from polymimic_sim.settings import RolloutSettings
 
     settings = RolloutSettings.parse(
@@ -119,7 +119,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _tasks() -> int:
-    from polymimic_sim.tasks import aloha_tasks, metaworld_tasks
+    from polymimic_sim.tasks.registry import aloha_tasks, metaworld_tasks
 
     for family, names in (("aloha", aloha_tasks), ("metaworld", metaworld_tasks)):
         try:

@@ -6,7 +6,7 @@ finished, e.g. the hand-over's release, not only its first touch) or its time ru
 Only episodes with a (standard) success are written, through polymimic-data's
 EpisodeWriter (atomic: an episode appears whole or not at all), declaring the task's
 embodiment, with the task as the prompt, the simulator's fps, the episode's seed, the
-expert that recorded it (`expert`: tasks.expert_variant) and the ticks of its two successes
+expert that recorded it (`expert`: registry.expert_variant) and the ticks of its two successes
 in its attributes. An episode already there (a rerun after an interruption) is kept, not
 redone: recording resumes, and refuses a folder recorded with other cameras or by another
 expert.
@@ -33,11 +33,11 @@ from tqdm import tqdm
 
 from polymimic_data.embodiments import DECLARATION, check_declaration, declared_cameras
 from polymimic_data.store import EpisodeReader, EpisodeWriter
-from polymimic_sim.task_types import STOCK_EXPERT, SimTask
-from polymimic_sim.tasks import default_cameras, expert_variant, make_task, suite_tasks
+from polymimic_sim.tasks.registry import default_cameras, expert_variant, make_task, suite_tasks
+from polymimic_sim.tasks.task_types import STOCK_EXPERT, SimTask
 
 LINGER = 10  # frames recorded after success: the policy learns to hold, not to leave
-EXPERT = "expert"  # an episode's attribute: the expert that recorded it (tasks.expert_variant)
+EXPERT = "expert"  # an episode's attribute: the expert that recorded it (registry.expert_variant)
 
 
 @dataclass
@@ -174,7 +174,7 @@ def record(
 
     A suite (`metaworld/mt10`) records `episodes` of each of its tasks, from the same seeds.
     `workers`: simulator processes sharing the episodes (see the module docstring).
-    `expert`: the scripted expert of every task (tasks.expert_variant; None: each its
+    `expert`: the scripted expert of every task (registry.expert_variant; None: each its
     default), e.g. `stock` for MetaWorld's policies as written.
     """
     if episodes < 1:
@@ -274,7 +274,7 @@ def _record_in_processes(
     Spawned: a GL context is made in the process that renders, and the parent's threads
     stay out of them.
     """
-    from polymimic_sim.rendering import ensure_headless_rendering, never_loads_torch
+    from polymimic_sim.tasks.rendering import ensure_headless_rendering, never_loads_torch
 
     ensure_headless_rendering()  # probed once here; the workers inherit MUJOCO_GL
     done: dict[tuple[str, int], bool] = {}

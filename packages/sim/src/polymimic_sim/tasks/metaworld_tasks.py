@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_sim.rendering import (
+from polymimic_sim.tasks.rendering import (
     camera_renderer,
     camera_views,
     ensure_headless_rendering,
     render_cameras,
 )
-from polymimic_sim.task_types import (
+from polymimic_sim.tasks.task_types import (
     STOCK_EXPERT,
     MissingExtraError,
     SimTask,

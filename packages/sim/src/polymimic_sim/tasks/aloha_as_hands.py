@@ -42,11 +42,11 @@ from polymimic_data.geometry import (
     points_in_frame,
     pose_to_matrix,
 )
-from polymimic_sim.aloha_ee_tasks import MAX_STEP, limited
-from polymimic_sim.aloha_tasks import MAX_STEPS, REGISTERED_STEPS, _gym_aloha, head_pose
-from polymimic_sim.camera_frames import camera_to_world
-from polymimic_sim.hands_tasks import SIDES, TICKS_PER_FRAME, HandsTask, HeadMotion
-from polymimic_sim.task_types import Step, observation_of
+from polymimic_sim.tasks.aloha_ee_tasks import MAX_STEP, limited
+from polymimic_sim.tasks.aloha_tasks import MAX_STEPS, REGISTERED_STEPS, _gym_aloha, head_pose
+from polymimic_sim.tasks.camera_frames import camera_to_world
+from polymimic_sim.tasks.hands_tasks import SIDES, TICKS_PER_FRAME, HandsTask, HeadMotion
+from polymimic_sim.tasks.task_types import Step, observation_of
 
 HAND_WIDTH = 3 + 6 + 9  # per hand in the hands' layout: position, rot6d, 3 keypoints
 GRASP = 0.8  # an opening under this (of the gripper's travel) is a grasp: closed fully

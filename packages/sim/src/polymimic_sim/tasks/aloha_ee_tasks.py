@@ -36,14 +36,14 @@ from typing import Any
 import numpy as np
 
 from polymimic_data.geometry import convert
-from polymimic_sim.aloha_tasks import (
+from polymimic_sim.tasks.aloha_tasks import (
     HEAD_CAMERA,
     MAX_STEPS,
     AlohaScene,
     mocap_plan,
 )
-from polymimic_sim.camera_frames import camera_pose, camera_to_world, world_to_camera
-from polymimic_sim.task_types import Step, observation_of
+from polymimic_sim.tasks.camera_frames import camera_pose, camera_to_world, world_to_camera
+from polymimic_sim.tasks.task_types import Step, observation_of
 
 EMBODIMENT = "sim/aloha_ee"
 EGO_EMBODIMENT = "sim/aloha_ego"

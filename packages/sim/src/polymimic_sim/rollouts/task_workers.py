@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_sim.rendering import ensure_headless_rendering
+from polymimic_sim.tasks.rendering import ensure_headless_rendering
 
 
 def _serve_task(conn: Connection, name: str, image_size: Sequence[int], cameras: list[str]) -> None:
     """A worker: make the task, then answer reset / step / close until told to stop."""
-    from polymimic_sim.rendering import never_loads_torch
-    from polymimic_sim.tasks import make_task
+    from polymimic_sim.tasks.registry import make_task
+    from polymimic_sim.tasks.rendering import never_loads_torch
 
     never_loads_torch()
     try:

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from polymimic_sim.task_types import SimTask, UnknownTaskError, stock_expert_only
+from polymimic_sim.tasks.task_types import SimTask, UnknownTaskError, stock_expert_only
 
 
 def metaworld_tasks() -> list[str]:
     """Every MetaWorld task name (needs the `metaworld` extra)."""
-    from polymimic_sim.metaworld_tasks import task_names
+    from polymimic_sim.tasks.metaworld_tasks import task_names
 
     return [f"metaworld/{name}" for name in task_names()]
 
@@ -35,7 +35,7 @@ def aloha_tasks() -> list[str]:
 
     Their experts need the `aloha` extra; the names do not.
     """
-    from polymimic_sim.aloha_tasks import task_names
+    from polymimic_sim.tasks.aloha_tasks import task_names
 
     return [f"{family}/{name}" for family in ALOHA_FAMILIES for name in task_names()]
 
@@ -67,7 +67,7 @@ def suite_tasks(name: str) -> list[str]:
     """The tasks a suite names (MetaWorld's MT10 in its order, ...), or [name] for one task."""
     if name not in SUITES:
         return [name]
-    from polymimic_sim.metaworld_tasks import benchmark_tasks
+    from polymimic_sim.tasks.metaworld_tasks import benchmark_tasks
 
     return [f"metaworld/{task}" for task in benchmark_tasks(SUITES[name])]
 
@@ -78,34 +78,34 @@ FAMILIES = ("metaworld", *ALOHA_FAMILIES)
 def _task_class(family: str) -> type:
     """The class of a family's tasks, imported when one is made (each needs an extra)."""
     if family == "metaworld":
-        from polymimic_sim.metaworld_tasks import MetaWorldTask
+        from polymimic_sim.tasks.metaworld_tasks import MetaWorldTask
 
         return MetaWorldTask
     if family == "aloha":
-        from polymimic_sim.aloha_tasks import AlohaTask
+        from polymimic_sim.tasks.aloha_tasks import AlohaTask
 
         return AlohaTask
     if family == "aloha_ee":
-        from polymimic_sim.aloha_ee_tasks import AlohaEndEffectorTask
+        from polymimic_sim.tasks.aloha_ee_tasks import AlohaEndEffectorTask
 
         return AlohaEndEffectorTask
     if family == "aloha_ego":
-        from polymimic_sim.aloha_ee_tasks import AlohaEgoTask
+        from polymimic_sim.tasks.aloha_ee_tasks import AlohaEgoTask
 
         return AlohaEgoTask
     if family == "aloha_ego_masked":
-        from polymimic_sim.aloha_ee_tasks import AlohaEgoMaskedTask
+        from polymimic_sim.tasks.aloha_ee_tasks import AlohaEgoMaskedTask
 
         return AlohaEgoMaskedTask
     if family == "aloha_joints_ego_masked":
-        from polymimic_sim.aloha_tasks import AlohaJointsEgoMaskedTask
+        from polymimic_sim.tasks.aloha_tasks import AlohaJointsEgoMaskedTask
 
         return AlohaJointsEgoMaskedTask
     if family == "aloha_as_hands":
-        from polymimic_sim.aloha_as_hands import AlohaAsHandsTask
+        from polymimic_sim.tasks.aloha_as_hands import AlohaAsHandsTask
 
         return AlohaAsHandsTask
-    from polymimic_sim.hands_tasks import HandsTask
+    from polymimic_sim.tasks.hands_tasks import HandsTask
 
     return HandsTask
 
@@ -130,7 +130,7 @@ def expert_variant(name: str, asked: str | None = None) -> str:
     """
     family, _, task = name.partition("/")
     if family == "metaworld":
-        from polymimic_sim.metaworld_tasks import expert_variant as metaworld_variant
+        from polymimic_sim.tasks.metaworld_tasks import expert_variant as metaworld_variant
 
         return metaworld_variant(task, asked)
     return stock_expert_only(name, asked)
@@ -168,7 +168,7 @@ def object_poses(name: str, seed: int) -> np.ndarray:
             f"task {name!r}: object poses are known for ALOHA's tasks ("
             f"{', '.join(f + '/<task>' for f in ALOHA_FAMILIES)}), e.g. aloha/transfer_cube"
         )
-    from polymimic_sim import aloha_tasks
+    from polymimic_sim.tasks import aloha_tasks
 
     if task not in aloha_tasks.task_names():
         raise UnknownTaskError(f"task {name!r}: choose one of {aloha_tasks.task_names()}")

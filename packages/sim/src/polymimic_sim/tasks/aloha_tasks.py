@@ -47,15 +47,15 @@ from typing import Any
 import numpy as np
 
 from polymimic_data.geometry import matrix_to_quat
-from polymimic_sim.camera_frames import look_at, place_camera
-from polymimic_sim.rendering import (
+from polymimic_sim.tasks.camera_frames import look_at, place_camera
+from polymimic_sim.tasks.rendering import (
     base_camera,
     camera_renderer,
     camera_views,
     ensure_headless_rendering,
     render_cameras,
 )
-from polymimic_sim.task_types import (
+from polymimic_sim.tasks.task_types import (
     HeldFor,
     MissingExtraError,
     Step,
@@ -412,7 +412,7 @@ class AlohaScene:
     """
 
     family = "aloha"
-    expert_variant: str  # its scripted expert, the one there is (tasks.expert_variant)
+    expert_variant: str  # its scripted expert, the one there is (registry.expert_variant)
     end_effector = False
     default_cameras: tuple[str, ...] = DEFAULT_CAMERAS
     head_camera = False

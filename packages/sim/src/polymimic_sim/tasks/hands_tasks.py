@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from polymimic_data.geometry import matrix_to_quat, pose_to_matrix
-from polymimic_sim.aloha_tasks import (
+from polymimic_sim.tasks.aloha_tasks import (
     EYE,
     GAZE,
     HEAD_CAMERA,
@@ -45,8 +45,8 @@ from polymimic_sim.aloha_tasks import (
     AlohaScene,
     mocap_plan,
 )
-from polymimic_sim.camera_frames import look_at, project
-from polymimic_sim.task_types import Step, observation_of
+from polymimic_sim.tasks.camera_frames import look_at, project
+from polymimic_sim.tasks.task_types import Step, observation_of
 
 EMBODIMENT = "sim/hands"
 CAMERA = HEAD_CAMERA  # the episodes' name for the egocentric camera

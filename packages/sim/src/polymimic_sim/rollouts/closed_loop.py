@@ -33,7 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 from polymimic_serve import ChunkExecutor, ChunkPolicy, RealTimeRunner, make_executor
-from polymimic_sim.episodes import (
+from polymimic_sim.rollouts.episodes import (
     EpisodeTally,
     Outcome,
     boundary_jerk,
@@ -43,9 +43,9 @@ from polymimic_sim.episodes import (
     wilson_interval,
     write_episode_video,
 )
-from polymimic_sim.rollout_recording import ChunkTap, EpisodeRecording, RolloutRecorder
+from polymimic_sim.rollouts.rollout_recording import ChunkTap, EpisodeRecording, RolloutRecorder
 from polymimic_sim.settings import RolloutSettings
-from polymimic_sim.task_types import SimTask
+from polymimic_sim.tasks.task_types import SimTask
 
 if TYPE_CHECKING:
     from polymimic_serve import TrainedPolicy
@@ -189,7 +189,7 @@ def evaluate_policy(
     The one evaluation that the command line, `evaluate sim=` and the training callback
     run. The task renders the policy's cameras at its image size. With `settings.workers`
     > 1 the episodes run in that many simulator processes, the policy batched across them
-    (polymimic_sim.parallel); with `via_server` the policy is served on loopback and
+    (polymimic_sim.rollouts.parallel); with `via_server` the policy is served on loopback and
     driven through `PolicyClient` (the robot's path, wire and all); with `realtime` one
     simulator runs at wall-clock rate (`workers` is then 1). With `video_dir`, mp4s of
     the first `settings.videos` episodes (a suite's in a folder per task). `tasks`:
@@ -197,7 +197,7 @@ def evaluate_policy(
     (a caller that evaluates again and again keeps them, and closes them). With a
     `recorder`, every episode of every task goes to its rerun recording.
     """
-    from polymimic_sim.tasks import suite_tasks
+    from polymimic_sim.tasks.registry import suite_tasks
 
     settings = settings or RolloutSettings()
     if settings.realtime and settings.workers > 1:
@@ -242,7 +242,7 @@ def evaluate_checkpoint(
     """
     from polymimic_data.store import write_json_atomic
     from polymimic_serve import load_policy
-    from polymimic_sim.tasks import suite_tasks, task_embodiment
+    from polymimic_sim.tasks.registry import suite_tasks, task_embodiment
 
     tasks = suite_tasks(task_name)
     recorder = None  # made first: a missing extra fails before the policy loads
@@ -281,8 +281,8 @@ def _evaluate_task(
 ) -> dict[str, Any]:
     """One task's rollouts of a loaded policy: in process, or in `workers` processes."""
     from polymimic_serve import LocalPolicy, PolicyClient, PolicyServer, RunningServer
-    from polymimic_sim.parallel import evaluate_parallel
-    from polymimic_sim.tasks import make_task
+    from polymimic_sim.rollouts.parallel import evaluate_parallel
+    from polymimic_sim.tasks.registry import make_task
 
     if settings.workers > 1:
         return evaluate_parallel(

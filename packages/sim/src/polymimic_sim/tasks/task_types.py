@@ -1,6 +1,6 @@
 """What every simulated task is and gives: the interface, a step, its errors.
 
-Below the task registry (tasks) and the task families (aloha_tasks, metaworld_tasks), so
+Below the task registry (registry) and the task families (aloha_tasks, metaworld_tasks), so
 that each family names the interface without importing the registry that builds it.
 """
 
@@ -32,7 +32,7 @@ class Step:
     strict_success: bool  # the task's strict success (see the family), else as `success`
 
 
-STOCK_EXPERT = "stock"  # a task's scripted expert as its source wrote it (tasks.expert_variant)
+STOCK_EXPERT = "stock"  # a task's scripted expert as its source wrote it (registry.expert_variant)
 
 
 def stock_expert_only(name: str, asked: str | None) -> str:
@@ -52,7 +52,7 @@ class SimTask(Protocol):
     registered_steps: int  # the step limit its reference registers (gym-aloha's: 300)
     prompt: str
     cameras: list[str]
-    expert_variant: str  # which scripted expert expert_action runs (tasks.expert_variant)
+    expert_variant: str  # which scripted expert expert_action runs (registry.expert_variant)
 
     def declaration(self) -> dict[str, Any]:
         """The embodiment its episodes declare (polymimic-data's declared embodiments)."""

@@ -2,7 +2,7 @@
 
 `EpisodeTally` counts an episode as it runs and gives its `Outcome` (with the jerk where
 chunks join, `boundary_jerk`); `summarise` turns outcomes into the plain-data summary;
-`write_episode_video` frames an episode green or red. `rollouts` (one simulator) and
+`write_episode_video` frames an episode green or red. `closed_loop` (one simulator) and
 `parallel` (several in lockstep) both build on these.
 
 An episode runs until the task's strict success (which comes with or after its standard
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from polymimic_sim.task_types import SimTask, Step
-from polymimic_sim.tasks import expert_variant, make_task, staged_reward
+from polymimic_sim.tasks.registry import expert_variant, make_task, staged_reward
+from polymimic_sim.tasks.task_types import SimTask, Step
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 SUCCESS_COLOUR, FAILURE_COLOUR, BORDER = (0, 200, 0), (220, 0, 0), 3  # the videos' frames
@@ -194,7 +194,7 @@ def stages_reached(task_name: str, outcomes: list[Outcome]) -> dict[str, int] | 
     ALOHA's rewards count stages (insertion: 1 both touched, 2 both lifted, 3 peg meets
     socket, 4 inserted), so the highest reward an episode reached says where it stopped
     (one that ended before its first reward, at 0). None for a task whose reward is shaped
-    (MetaWorld's: see tasks.staged_reward).
+    (MetaWorld's: see registry.staged_reward).
     """
     if not outcomes or not staged_reward(task_name):
         return None
@@ -221,7 +221,7 @@ def summarise(
     by limit); mean ticks to success, standard and strict; `expert_steps`, the scripted
     expert's ticks to success on some of the same seeds, their mean beside the policy's
     (`steps_to_success_vs_expert`: the ratio), and which expert (`expert`: its variant, None
-    for the task's default, tasks.expert_variant); for a staged reward, how many episodes
+    for the task's default, registry.expert_variant); for a staged reward, how many episodes
     stopped at each stage (`stages_reached`); mean return, jerk, rates, every outcome.
     """
     outcomes = sorted(outcomes, key=lambda o: o.seed)

@@ -11,7 +11,7 @@ was batched with (up to the float rounding of different batch sizes).
 Through the websocket server (`via_server=True`) each slot is a `PolicyClient`, and the
 server batches what arrives together (its `max_batch` is the number of workers).
 
-The simulators run in polymimic_sim.task_workers' processes.
+The simulators run in polymimic_sim.rollouts.task_workers' processes.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from polymimic_serve import (
     TrainedPolicy,
     make_executor,
 )
-from polymimic_sim.episodes import (
+from polymimic_sim.rollouts.episodes import (
     EpisodeTally,
     Outcome,
     boundary_jerk,
@@ -45,9 +45,9 @@ from polymimic_sim.episodes import (
     summarise,
     write_episode_video,
 )
-from polymimic_sim.rollout_recording import ChunkTap, RolloutRecorder
+from polymimic_sim.rollouts.rollout_recording import ChunkTap, RolloutRecorder
+from polymimic_sim.rollouts.task_workers import TaskWorkers
 from polymimic_sim.settings import RolloutSettings
-from polymimic_sim.task_workers import TaskWorkers
 
 # -- the policy, batched over the slots of one tick ----------------------------------------------
 

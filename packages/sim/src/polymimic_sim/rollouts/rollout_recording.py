@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from polymimic_data.episodes import RecordingFile, log_chunk, require_rerun
-from polymimic_sim.episodes import Outcome
+from polymimic_sim.rollouts.episodes import Outcome
 
 APPLICATION = "polymimic_sim_rollouts"
 

@@ -20,7 +20,7 @@ from polymimic_data.geometry import (
     pose_to_matrix,
     quat_to_matrix,
 )
-from polymimic_sim.rendering import is_pinhole
+from polymimic_sim.tasks.rendering import is_pinhole
 
 # MuJoCo's camera axes to the project's: x kept, y and z flipped (the same matrix both ways)
 _FLIP = np.diag([1.0, -1.0, -1.0])
