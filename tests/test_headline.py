@@ -12,8 +12,6 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from polymimic_serve import DEFAULT_EXECUTOR
-
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -252,9 +250,11 @@ def test_each_tasks_share_of_the_demonstrations_frames_is_over_an_even_share(
     }
 
 
-@pytest.mark.parametrize("executor", ["chunk", "temporal_ensemble"])
+@pytest.mark.parametrize(
+    ("executor", "suffix"), [("chunk", ""), ("temporal_ensemble", "-temporal_ensemble")]
+)
 def test_a_cell_is_evaluated_through_the_executor_it_names(
-    executor: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    executor: str, suffix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """cells.train_and_evaluate (closed_loop.py --executor): polymimic-sim evaluate is told
     the executor, its result says which one the evaluation ran, and a non-chunk one writes
@@ -288,7 +288,6 @@ def test_a_cell_is_evaluated_through_the_executor_it_names(
     assert result["executor"] == executor and result["trained_commit"] == "54cbd0f"
     assert command[command.index("--executor") + 1] == executor  # named, even the default
     out = command[command.index("--out") + 1]
-    suffix = "" if executor == DEFAULT_EXECUTOR else f"-{executor}"
     assert out == str(tmp_path / "eval" / f"cell{suffix}")
     assert log == tmp_path / f"cell{suffix}.eval.log"  # its log beside, not over, chunk's
 
